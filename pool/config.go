@@ -1,0 +1,209 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Unbounded, as Plan.MaxWaiting, asks for an unbounded per-tenant queue. It is
+// never the default: a queue that can grow without limit turns one tenant's
+// burst into memory growth and timeouts, which is what bulkheads exist to stop.
+const Unbounded = -1
+
+// MaxWeight is the largest Plan.Weight.
+const MaxWeight = 1000
+
+// Plan is what a class of tenants may use. The zero value of every field but
+// MaxConns means its documented default.
+type Plan struct {
+	// MaxConns is how many permits one tenant on this plan may hold at once.
+	// Required: from 1 to Config.Capacity.
+	MaxConns int
+
+	// MaxWaiting is how many of one tenant's requests may wait once the tenant
+	// holds MaxConns permits (or is already waiting for that many). Past it,
+	// requests are rejected at once with an *OverLimitError. Default 0: every
+	// request over the cap is rejected. Unbounded (-1) removes the bound.
+	MaxWaiting int
+
+	// MaxWait is how long a request may wait for a slot under the tenant's own
+	// cap before it is rejected with an *OverLimitError. Default 0: only the
+	// caller's context bounds the wait. It does not bound the wait for global
+	// capacity, which only the context bounds.
+	MaxWait time.Duration
+
+	// Weight is the plan's share of contended global capacity: when requests of
+	// several tenants wait for it, a tenant of weight 2 is served twice as often
+	// as one of weight 1. Default 0 means 1; at most MaxWeight.
+	Weight int
+
+	// ReservedConns is global capacity kept for each tenant on this plan: while
+	// the tenant holds fewer permits than this, other tenants cannot take the
+	// last free units it needs. A reservation is in force from the tenant's
+	// first request until it is evicted as idle, and only while the
+	// reservations in force sum to at most Config.MaxReserved; a tenant that
+	// does not fit runs without one until room frees (see Stats.ReservationsDenied).
+	// Default 0. At most MaxConns and Config.MaxReserved.
+	ReservedConns int
+}
+
+// Tenant is what a Lookup says about one tenant.
+type Tenant struct {
+	// Plan names one of Config.Plans. Empty means Config.DefaultPlan.
+	Plan string
+	// MaxConns, when positive, overrides the plan's MaxConns for this tenant.
+	// It must not exceed Config.Capacity. 0 means the plan's.
+	MaxConns int
+}
+
+// Config configures a Gate. Zero values mean the documented defaults; only
+// Capacity is required.
+type Config struct {
+	// Capacity is the global number of permits, shared by all tenants.
+	// tenantdb sets it to the pgxpool's MaxConns. Required, positive.
+	Capacity int
+
+	// Plans maps plan names to plans. Default: one plan named "default" with
+	// MaxConns Capacity/2 (at least 1), rejecting over it.
+	Plans map[string]Plan
+
+	// DefaultPlan is the plan of tenants that Lookup places on no plan, and of
+	// every tenant when Lookup is nil. It must name one of Plans. Default: the
+	// only plan when Plans has one, else "default".
+	DefaultPlan string
+
+	// Lookup, when set, tells a tenant's plan and override. It is called
+	// outside any lock on a tenant's first request and again when its answer
+	// is older than LookupTTL; its errors are returned to the caller, never
+	// guessed around. The ctx it receives is the acquiring request's. Default
+	// nil: every tenant is on DefaultPlan.
+	Lookup func(ctx context.Context, tenantID string) (Tenant, error)
+
+	// LookupTTL is how long a Lookup answer is used. Default 1 minute.
+	LookupTTL time.Duration
+
+	// IdleTTL is how long a tenant with nothing in use or waiting is tracked
+	// before its state (counters, cached Lookup answer, reservation) is
+	// removed. Removal happens lazily on later requests and on EvictIdle, so a
+	// tenant is removed no sooner than IdleTTL after it went idle. Default 5 minutes.
+	IdleTTL time.Duration
+
+	// MaxTenants bounds how many tenants are tracked at once, so that a flood
+	// of distinct tenant IDs cannot grow memory without limit. At the bound, the
+	// longest-idle tenant is evicted early to make room; when every tracked
+	// tenant is busy, new tenants get ErrTooManyTenants. Default 100,000.
+	MaxTenants int
+
+	// MaxTenantIDLen is the longest accepted tenant ID in bytes. Default 128.
+	MaxTenantIDLen int
+
+	// MaxReserved bounds the sum of reservations in force, so that some
+	// capacity always stays shared. Default Capacity/2. At most Capacity.
+	MaxReserved int
+
+	// MaxRetryAfter bounds OverLimitError.RetryAfter. Default 30 seconds.
+	MaxRetryAfter time.Duration
+
+	// Tracer observes admissions; if it also implements ReleaseTracer, releases.
+	// Default nil.
+	Tracer AcquireTracer
+}
+
+const (
+	defaultPlanName       = "default"
+	defaultLookupTTL      = time.Minute
+	defaultIdleTTL        = 5 * time.Minute
+	defaultMaxTenants     = 100_000
+	defaultMaxTenantIDLen = 128
+	defaultMaxRetryAfter  = 30 * time.Second
+	// unknownHold stands in for a tenant's hold time before any was observed.
+	unknownHold = time.Second
+)
+
+// withDefaults returns a copy of c with defaults filled in, or an error
+// wrapping ErrInvalidConfig when the configuration cannot work.
+func (c Config) withDefaults() (Config, error) {
+	if c.Capacity <= 0 {
+		return c, fmt.Errorf("%w: Capacity must be positive, got %d", ErrInvalidConfig, c.Capacity)
+	}
+	if c.MaxReserved == 0 {
+		c.MaxReserved = c.Capacity / 2
+	}
+	if c.MaxReserved < 0 || c.MaxReserved > c.Capacity {
+		return c, fmt.Errorf("%w: MaxReserved %d must be from 0 to Capacity %d", ErrInvalidConfig, c.MaxReserved, c.Capacity)
+	}
+	if len(c.Plans) == 0 {
+		c.Plans = map[string]Plan{defaultPlanName: {MaxConns: max(1, c.Capacity/2)}}
+	}
+	if c.DefaultPlan == "" {
+		if len(c.Plans) == 1 {
+			for name := range c.Plans {
+				c.DefaultPlan = name
+			}
+		} else {
+			c.DefaultPlan = defaultPlanName
+		}
+	}
+	if _, ok := c.Plans[c.DefaultPlan]; !ok {
+		return c, fmt.Errorf("%w: DefaultPlan %q is not one of Plans", ErrInvalidConfig, c.DefaultPlan)
+	}
+	for name, p := range c.Plans {
+		if err := p.validate(name, c.Capacity, c.MaxReserved); err != nil {
+			return c, err
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"LookupTTL", &c.LookupTTL, defaultLookupTTL},
+		{"IdleTTL", &c.IdleTTL, defaultIdleTTL},
+		{"MaxRetryAfter", &c.MaxRetryAfter, defaultMaxRetryAfter},
+	} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%w: %s must not be negative, got %v", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxTenants < 0 || c.MaxTenantIDLen < 0 {
+		return c, fmt.Errorf("%w: MaxTenants and MaxTenantIDLen must not be negative", ErrInvalidConfig)
+	}
+	if c.MaxTenants == 0 {
+		c.MaxTenants = defaultMaxTenants
+	}
+	if c.MaxTenantIDLen == 0 {
+		c.MaxTenantIDLen = defaultMaxTenantIDLen
+	}
+	return c, nil
+}
+
+func (p Plan) validate(name string, capacity, maxReserved int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: plan %q: %s", ErrInvalidConfig, name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: a plan has an empty name", ErrInvalidConfig)
+	case p.MaxConns <= 0:
+		return bad("MaxConns must be positive, got %d", p.MaxConns)
+	case p.MaxConns > capacity:
+		return bad("MaxConns %d is above the capacity %d", p.MaxConns, capacity)
+	case p.MaxWaiting < Unbounded:
+		return bad("MaxWaiting must be 0 or more, or Unbounded, got %d", p.MaxWaiting)
+	case p.MaxWait < 0:
+		return bad("MaxWait must not be negative, got %v", p.MaxWait)
+	case p.Weight < 0 || p.Weight > MaxWeight:
+		return bad("Weight must be from 0 to %d, got %d", MaxWeight, p.Weight)
+	case p.ReservedConns < 0:
+		return bad("ReservedConns must not be negative, got %d", p.ReservedConns)
+	case p.ReservedConns > p.MaxConns:
+		return bad("ReservedConns %d is above its MaxConns %d", p.ReservedConns, p.MaxConns)
+	case p.ReservedConns > maxReserved:
+		return bad("ReservedConns %d is above MaxReserved %d (capacity %d)", p.ReservedConns, maxReserved, capacity)
+	}
+	return nil
+}

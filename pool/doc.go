@@ -1,0 +1,25 @@
+// Package pool is the admission core of tenantdb: per-tenant bulkheads in front of
+// one shared, limited resource.
+//
+// A [Gate] hands out permits. Acquiring a permit for a tenant first takes one of
+// the tenant's own slots (its plan's MaxConns, an override, or a runtime change),
+// and only then one unit of the global capacity. A request waiting for its
+// tenant's slot therefore holds no shared capacity: one tenant's backlog cannot
+// queue everyone else behind it.
+//
+// Over its own cap, a request is rejected at once with an [*OverLimitError] or
+// waits in a bounded per-tenant queue (Plan.MaxWaiting, Plan.MaxWait). There is no
+// unbounded queue unless a plan asks for one by name ([Unbounded]).
+//
+// When the global capacity is exhausted, requests that already hold a tenant slot
+// are served per tenant in weighted round-robin order (Plan.Weight), not first come
+// first served, and a plan may reserve capacity for each of its tenants
+// (Plan.ReservedConns).
+//
+// The package knows tenants and permits, not SQL: tenantdb uses it in front of a
+// pgxpool, but any shared dependency (an HTTP client, a job runner) can be
+// bulkheaded with it. It imports only the standard library.
+//
+// All work done under the Gate's mutex is O(1) (bounded loops only), and user
+// callbacks (Lookup, tracers) always run outside it.
+package pool

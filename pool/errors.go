@@ -1,0 +1,64 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrOverLimit is matched (with errors.Is) by every [*OverLimitError]: the
+	// tenant held its whole cap and its queue was full, or it waited Plan.MaxWait
+	// without getting a slot. Callers usually turn it into HTTP 429.
+	ErrOverLimit = errors.New("tenant over its connection limit")
+
+	// ErrClosed is returned by Acquire after Close, and to requests that were
+	// still waiting when Close was called.
+	ErrClosed = errors.New("pool: closed")
+
+	// ErrInvalidTenant is returned when a tenant ID is empty, longer than
+	// Config.MaxTenantIDLen, not valid UTF-8 or contains control characters.
+	// Such a request is never served from a shared bucket.
+	ErrInvalidTenant = errors.New("pool: invalid tenant ID")
+
+	// ErrTooManyTenants is returned when a new tenant would exceed
+	// Config.MaxTenants and every tracked tenant is busy (in use or waiting),
+	// so none can be evicted to make room.
+	ErrTooManyTenants = errors.New("pool: too many tenants")
+
+	// ErrUnknownPlan is returned when Lookup names a plan that is not configured.
+	ErrUnknownPlan = errors.New("pool: unknown plan")
+
+	// ErrInvalidConfig wraps every configuration error from New, SetPlan and
+	// SetTenantLimit.
+	ErrInvalidConfig = errors.New("pool: invalid config")
+)
+
+// OverLimitError reports a request refused because its tenant is at its own cap.
+// errors.Is(err, ErrOverLimit) holds for it.
+type OverLimitError struct {
+	// Tenant is the tenant whose cap was reached.
+	Tenant string
+	// Limit is the tenant's cap at the time of the refusal.
+	Limit int
+	// RetryAfter estimates when a retry is likely to find a free slot, from the
+	// tenant's observed hold times and how many of its requests are ahead.
+	// It is always positive and at most Config.MaxRetryAfter.
+	RetryAfter time.Duration
+	// Waited is how long the request waited in the tenant's queue before it
+	// was refused: zero when it was rejected at once, about Plan.MaxWait when
+	// the wait ran out.
+	Waited time.Duration
+}
+
+func (e *OverLimitError) Error() string {
+	if e.Waited > 0 {
+		return fmt.Sprintf("tenant %q over its limit of %d connections: waited %v; retry after %v",
+			e.Tenant, e.Limit, e.Waited.Round(time.Millisecond), e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("tenant %q over its limit of %d connections; retry after %v",
+		e.Tenant, e.Limit, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrOverLimit) true.
+func (e *OverLimitError) Is(target error) bool { return target == ErrOverLimit }

@@ -1,0 +1,173 @@
+package pool
+
+// The fair global gate. Requests that hold a tenant slot and wait for global
+// capacity sit in their tenant's globalQ. Tenants with such requests form a
+// ring that is served in weighted round-robin order: the tenant under the
+// cursor gets up to its plan's Weight grants in a row, then the cursor moves
+// on. A tenant with one waiter and one with a thousand therefore alternate
+// (weights aside), instead of being served first come, first served.
+//
+// Reservations come before the ring. A tenant below its reservation with a
+// waiting request is in the reserved line, which is served first; and no
+// grant to anyone else may leave fewer free units than the reservations not
+// yet taken (Gate.reservedFree). So a reserved tenant never waits behind other
+// tenants for capacity kept for it.
+
+// fairRing is a circular list of tenants with global waiters plus a cursor.
+type fairRing struct {
+	cursor *tenant // nil when the ring is empty
+	credit int     // grants left for the cursor in this turn
+}
+
+// add puts t at the end of the round, just before the cursor.
+func (r *fairRing) add(t *tenant) {
+	c := t.wait
+	c.inRing = true
+	if r.cursor == nil {
+		c.ringPrev, c.ringNext = t, t
+		r.cursor, r.credit = t, t.plan.weight
+		return
+	}
+	last := r.cursor.wait.ringPrev
+	c.ringPrev, c.ringNext = last, r.cursor
+	last.wait.ringNext = t
+	r.cursor.wait.ringPrev = t
+}
+
+func (r *fairRing) remove(t *tenant) {
+	c := t.wait
+	c.inRing = false
+	if c.ringNext == t {
+		r.cursor, r.credit = nil, 0
+	} else {
+		c.ringPrev.wait.ringNext = c.ringNext
+		c.ringNext.wait.ringPrev = c.ringPrev
+		if r.cursor == t {
+			r.cursor, r.credit = c.ringNext, c.ringNext.plan.weight
+		}
+	}
+	c.ringPrev, c.ringNext = nil, nil
+}
+
+// next returns the tenant whose turn it is and uses one of its credits, or
+// nil when the ring is empty.
+func (r *fairRing) next() *tenant {
+	if r.cursor == nil {
+		return nil
+	}
+	if r.credit <= 0 {
+		r.cursor = r.cursor.wait.ringNext
+		r.credit = r.cursor.plan.weight
+	}
+	r.credit--
+	return r.cursor
+}
+
+// reservedLine is a FIFO of tenants below their reservation with requests
+// waiting for global capacity.
+type reservedLine struct {
+	head, tail *tenant
+}
+
+func (l *reservedLine) pushBack(t *tenant) {
+	c := t.wait
+	c.inRes = true
+	c.resPrev, c.resNext = l.tail, nil
+	if l.tail != nil {
+		l.tail.wait.resNext = t
+	} else {
+		l.head = t
+	}
+	l.tail = t
+}
+
+func (l *reservedLine) remove(t *tenant) {
+	c := t.wait
+	c.inRes = false
+	if c.resPrev != nil {
+		c.resPrev.wait.resNext = c.resNext
+	} else {
+		l.head = c.resNext
+	}
+	if c.resNext != nil {
+		c.resNext.wait.resPrev = c.resPrev
+	} else {
+		l.tail = c.resPrev
+	}
+	c.resPrev, c.resNext = nil, nil
+}
+
+// fixLinesLocked puts t in or out of the ring and the reserved line after its
+// globalQ, inUse or reservation changed.
+func (g *Gate) fixLinesLocked(t *tenant) {
+	c := t.wait
+	if c == nil {
+		return
+	}
+	if inRing := c.globalQ.n > 0; inRing != c.inRing {
+		if inRing {
+			g.ring.add(t)
+		} else {
+			g.ring.remove(t)
+		}
+	}
+	if inRes := c.globalQ.n > 0 && t.inUse < t.reserved; inRes != c.inRes {
+		if inRes {
+			g.reserved.pushBack(t)
+		} else {
+			g.reserved.remove(t)
+		}
+	}
+}
+
+// grantableLocked reports whether t may take a unit of global capacity now
+// without passing anyone the fair gate would serve first.
+func (g *Gate) grantableLocked(t *tenant) bool {
+	free := g.capacity - g.used
+	if free <= 0 {
+		return false
+	}
+	return t.inUse < t.reserved || free-1 >= g.reservedFree
+}
+
+// dispatchLocked grants global capacity to waiting requests while there is
+// some: reserved line first, then the weighted ring. It keeps the invariant
+// that, when it returns, no waiting request could be granted.
+func (g *Gate) dispatchLocked() {
+	var now int64
+	for g.used < g.capacity {
+		t := g.reserved.head
+		if t == nil {
+			if g.capacity-g.used-1 < g.reservedFree {
+				return // what is free is kept for reservations not yet taken
+			}
+			if t = g.ring.next(); t == nil {
+				return
+			}
+		}
+		if now == 0 {
+			now = g.nowLocked()
+		}
+		w := t.wait.globalQ.popFront()
+		g.takeLocked(t)
+		g.fixLinesLocked(t)
+		g.grantWaiterLocked(w, now)
+	}
+}
+
+// promoteLocked gives free tenant slots to t's requests waiting over its cap,
+// in order. It runs after t's holding drops or its limit rises.
+func (g *Gate) promoteLocked(t *tenant) {
+	c := t.wait
+	if c == nil || c.capQ.n == 0 || t.held() >= t.limit {
+		return
+	}
+	now := g.nowLocked()
+	for c.capQ.n > 0 && t.held() < t.limit {
+		w := c.capQ.popFront()
+		w.stage = stageGlobal
+		w.promoted = now
+		c.globalQ.pushBack(w)
+	}
+	g.fixLinesLocked(t)
+}

@@ -1,0 +1,412 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Gate admits requests per tenant in front of a shared capacity. It is safe for
+// concurrent use. Create it with New; the zero value is not usable.
+type Gate struct {
+	cfg           Config // read-only after New, but for Plans (see plans)
+	capacity      int
+	tracer        AcquireTracer
+	releaseTracer ReleaseTracer
+	epoch         time.Time
+	clock         func() int64 // ns since epoch, monotonic; replaced in tests
+
+	mu            sync.Mutex
+	closed        bool                  // guarded by mu
+	used          int                   // guarded by mu: permits granted, all tenants
+	waiting       int                   // guarded by mu: requests waiting, all tenants
+	reservedFree  int                   // guarded by mu: Σ max(0, reserved-inUse) over tenants
+	reservedTotal int                   // guarded by mu: Σ reserved over tenants
+	tenants       map[string]*tenant    // guarded by mu
+	tenantsPeak   int                   // guarded by mu: most tenants tracked since the map was last rebuilt
+	plans         map[string]*planState // guarded by mu
+	defaultPlan   *planState            // guarded by mu
+	overrides     map[string]int        // guarded by mu: SetTenantLimit values
+	ring          fairRing              // guarded by mu
+	reserved      reservedLine          // guarded by mu
+	fresh, idle   idleList              // guarded by mu
+	freePermits   *permitState          // guarded by mu: released permit states, for reuse
+	sampleTick    uint32                // guarded by mu
+	lastNow       int64                 // guarded by mu: latest clock reading
+	totals        counters              // guarded by mu
+	evicted       uint64                // guarded by mu
+	resDenied     uint64                // guarded by mu
+}
+
+// New validates cfg and returns a Gate. A configuration that cannot work (a
+// plan's cap or reservation above the capacity, negative numbers, an unknown
+// default plan) is an error wrapping ErrInvalidConfig.
+func New(cfg Config) (*Gate, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{
+		cfg:       cfg,
+		capacity:  cfg.Capacity,
+		tracer:    cfg.Tracer,
+		epoch:     time.Now(),
+		tenants:   make(map[string]*tenant),
+		plans:     make(map[string]*planState, len(cfg.Plans)),
+		overrides: make(map[string]int),
+	}
+	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
+	if rt, ok := cfg.Tracer.(ReleaseTracer); ok {
+		g.releaseTracer = rt
+	}
+	for name, p := range cfg.Plans {
+		g.plans[name] = newPlanState(name, p)
+	}
+	g.defaultPlan = g.plans[cfg.DefaultPlan]
+	g.cfg.Plans = nil // g.plans is the truth from here on
+	return g, nil
+}
+
+func newPlanState(name string, p Plan) *planState {
+	return &planState{name: name, Plan: p, weight: max(1, p.Weight)}
+}
+
+// Capacity returns the global capacity.
+func (g *Gate) Capacity() int { return g.capacity }
+
+// Acquire waits for a permit for tenantID and returns it, or an error:
+//   - ErrInvalidTenant (wrapped) for an empty, over-long or malformed ID;
+//   - an *OverLimitError (errors.Is ErrOverLimit) when the tenant is at its
+//     cap and its plan's queue is full, or it waited the plan's MaxWait;
+//   - ctx's error (wrapped) when ctx ends first, errors.Is(err,
+//     context.DeadlineExceeded) for a deadline;
+//   - a Lookup error, ErrUnknownPlan, ErrTooManyTenants or ErrClosed (wrapped).
+//
+// ctx governs the whole admission: the Lookup, the wait for the tenant's cap
+// and the wait for global capacity. A request that fails holds nothing.
+func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
+	if g.tracer == nil {
+		var d TraceAcquireEndData
+		return g.acquire(ctx, tenantID, &d)
+	}
+	tctx := g.tracer.TraceAcquireStart(ctx, g, TraceAcquireStartData{Tenant: tenantID})
+	d := TraceAcquireEndData{Tenant: tenantID}
+	p, err := g.acquire(ctx, tenantID, &d)
+	if p.s != nil {
+		p.s.ctx = tctx // only this goroutine knows p yet
+	}
+	d.Err = err
+	g.tracer.TraceAcquireEnd(tctx, g, d)
+	return p, err
+}
+
+func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (Permit, error) {
+	d.Outcome = Failed
+	if len(id) == 0 || len(id) > g.cfg.MaxTenantIDLen {
+		return Permit{}, validateID(id, g.cfg.MaxTenantIDLen)
+	}
+	if err := ctx.Err(); err != nil {
+		d.Outcome = ctxOutcome(err)
+		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
+	}
+	var now int64
+	if g.cfg.Lookup != nil || g.tracer != nil {
+		now = g.clock() // Lookup answers expire; traced permits are all timed
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return Permit{}, ErrClosed
+	}
+	t := g.tenants[id] // a tracked ID was validated when it was first seen
+	if t == nil || (g.cfg.Lookup != nil && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
+		var err error
+		if t, err = g.resolveLocked(ctx, id, t); err != nil {
+			return Permit{}, err // resolveLocked unlocked
+		}
+	}
+	if t.idleList != notIdle {
+		g.unidleLocked(t)
+	}
+	if t.reserved < min(t.plan.ReservedConns, t.limit) {
+		g.reserveLocked(t) // a reservation that did not fit may fit now
+	}
+	d.Plan, d.Limit, d.InUse = t.plan.name, t.limit, t.inUse
+
+	c := t.wait
+	if c == nil || c.capQ.n == 0 && c.globalQ.n == 0 {
+		if t.inUse < t.limit && g.grantableLocked(t) {
+			// The fast path: nobody of this tenant waits, its cap and global
+			// capacity have room. Hold time is measured on one permit in 16
+			// (all when traced), because reading the clock costs more than
+			// the rest of this path.
+			g.takeLocked(t)
+			p := g.newPermitLocked(t)
+			if now != 0 {
+				p.s.start, p.s.weight = now, 1
+			} else if g.sampleTick++; g.sampleTick%holdSampleEvery == 0 {
+				p.s.start, p.s.weight = g.nowLocked(), holdSampleEvery
+				g.sweepLocked(p.s.start, sweepBudget)
+			}
+			g.mu.Unlock()
+			d.Outcome = Acquired
+			return p, nil
+		}
+	}
+	if c == nil {
+		c = &contention{}
+		t.wait = c
+	}
+	if now == 0 {
+		now = g.nowLocked()
+	}
+	w := &waiter{t: t, ready: make(chan struct{}), enqueued: now}
+	if t.held() < t.limit && c.capQ.n == 0 {
+		d.Position = c.globalQ.n + 1
+		w.stage, w.promoted = stageGlobal, now
+		c.globalQ.pushBack(w)
+		g.fixLinesLocked(t)
+	} else {
+		if mw := t.plan.MaxWaiting; mw != Unbounded && c.capQ.n >= mw {
+			err := &OverLimitError{Tenant: id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t)}
+			t.rejected++
+			g.totals.rejected++
+			g.mu.Unlock()
+			d.Outcome = Rejected
+			return Permit{}, err
+		}
+		d.Position = c.globalQ.n + c.capQ.n + 1
+		w.stage = stageCap
+		c.capQ.pushBack(w)
+	}
+	g.waiting++
+	var maxWait time.Duration
+	if w.stage == stageCap {
+		maxWait = t.plan.MaxWait
+	}
+	g.mu.Unlock()
+	return g.wait(ctx, w, maxWait, d)
+}
+
+const (
+	holdSampleEvery = 16
+	// sweepBudget bounds the idle tenants looked at per sweep, to keep the
+	// work under the lock O(1).
+	sweepBudget = 16
+)
+
+// wait blocks until w is granted or failed, ctx ends, or (while w is over its
+// tenant's cap) maxWait runs out; maxWait is 0 when w starts within the cap.
+func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *TraceAcquireEndData) (Permit, error) {
+	var timeout <-chan time.Time
+	if maxWait > 0 {
+		timer := time.NewTimer(maxWait)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	for {
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+		case <-timeout:
+		}
+		g.mu.Lock()
+		t := w.t
+		if w.stage == stageDone { // granted or failed, perhaps racing ctx or the timer
+			if w.err != nil {
+				g.mu.Unlock()
+				return Permit{}, w.err
+			}
+			g.fillWaitsLocked(w, d)
+			if ctx.Err() == nil {
+				g.mu.Unlock()
+				d.Outcome = Acquired
+				return w.permit, nil
+			}
+			// The grant raced the cancellation: give it back rather than
+			// hand a permit to a caller that has gone.
+			t.acquired--
+			g.totals.acquired--
+			g.releaseLocked(w.permit.s)
+		} else if ctx.Err() == nil {
+			if w.stage == stageGlobal {
+				// MaxWait bounds only the wait for the tenant's own cap; this
+				// request now holds a tenant slot and waits for global capacity.
+				timeout = nil
+				g.mu.Unlock()
+				continue
+			}
+			now := g.nowLocked()
+			g.abandonLocked(w, now)
+			t.timedOut++
+			g.totals.timedOut++
+			err := &OverLimitError{Tenant: t.id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t),
+				Waited: time.Duration(now - w.enqueued)}
+			g.fillWaitsLocked(w, d)
+			g.mu.Unlock()
+			d.Outcome = TimedOut
+			return Permit{}, err
+		} else {
+			g.abandonLocked(w, g.nowLocked())
+			g.fillWaitsLocked(w, d)
+		}
+		err := ctx.Err()
+		if d.Outcome = ctxOutcome(err); d.Outcome == TimedOut {
+			t.timedOut++
+			g.totals.timedOut++
+		} else {
+			t.cancelled++
+			g.totals.cancelled++
+		}
+		g.mu.Unlock()
+		return Permit{}, fmt.Errorf("pool: tenant %q: gave up waiting after %v: %w",
+			t.id, (d.TenantWait + d.GlobalWait).Round(time.Microsecond), err)
+	}
+}
+
+func ctxOutcome(err error) Outcome {
+	if err == context.DeadlineExceeded {
+		return TimedOut
+	}
+	return Cancelled
+}
+
+// fillWaitsLocked records w's wait in the trace data and the wait totals.
+func (g *Gate) fillWaitsLocked(w *waiter, d *TraceAcquireEndData) {
+	end := w.granted
+	if end == 0 {
+		end = g.lastNow
+	}
+	if w.promoted != 0 {
+		d.TenantWait = time.Duration(w.promoted - w.enqueued)
+		d.GlobalWait = time.Duration(end - w.promoted)
+	} else {
+		d.TenantWait = time.Duration(end - w.enqueued)
+	}
+	waited := end - w.enqueued
+	w.t.waitTotal += waited
+	g.totals.waitTotal += waited
+}
+
+// abandonLocked takes a waiter that gave up out of its queue.
+func (g *Gate) abandonLocked(w *waiter, now int64) {
+	t, c := w.t, w.t.wait
+	switch w.stage {
+	case stageCap:
+		c.capQ.remove(w)
+	case stageGlobal:
+		c.globalQ.remove(w)
+		g.fixLinesLocked(t)
+		g.promoteLocked(t)
+		g.dispatchLocked()
+	}
+	w.stage = stageDone
+	w.granted = now
+	g.waiting--
+	if t.isIdle() {
+		g.markIdleLocked(t, now)
+	}
+}
+
+// grantHook, when set (by tests), is called under the lock before every
+// grant, to check invariants at the moment they matter.
+var grantHook func(g *Gate, t *tenant)
+
+// takeLocked counts one permit granted to t.
+func (g *Gate) takeLocked(t *tenant) {
+	if grantHook != nil {
+		grantHook(g, t)
+	}
+	if t.inUse < t.reserved {
+		g.reservedFree--
+	}
+	t.inUse++
+	g.used++
+	t.acquired++
+	g.totals.acquired++
+}
+
+// grantWaiterLocked hands a permit, already counted by takeLocked, to w.
+func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
+	p := g.newPermitLocked(w.t)
+	p.s.start, p.s.weight = now, 1
+	w.permit = p
+	w.stage = stageDone
+	w.granted = now
+	g.waiting--
+	close(w.ready)
+}
+
+// nowLocked reads the clock and remembers the reading.
+func (g *Gate) nowLocked() int64 {
+	now := g.clock()
+	if now > g.lastNow {
+		g.lastNow = now
+	}
+	return g.lastNow
+}
+
+// resolveLocked finds or creates the state of tenant id, asking Lookup (outside
+// the lock) when one is configured. Called with g.mu held; returns with it held
+// on success and released on error. stale is the existing state whose Lookup
+// answer expired, or nil.
+func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*tenant, error) {
+	if stale == nil {
+		if err := validateID(id, g.cfg.MaxTenantIDLen); err != nil {
+			g.mu.Unlock()
+			return nil, err
+		}
+	}
+	var answer Tenant
+	if g.cfg.Lookup != nil {
+		if stale != nil {
+			stale.refreshing = true // others keep using the stale answer meanwhile
+		}
+		g.mu.Unlock()
+		var err error
+		answer, err = g.cfg.Lookup(ctx, id)
+		g.mu.Lock()
+		if stale != nil {
+			stale.refreshing = false
+		}
+		if err != nil {
+			g.mu.Unlock()
+			return nil, fmt.Errorf("pool: lookup tenant %q: %w", id, err)
+		}
+		if g.closed {
+			g.mu.Unlock()
+			return nil, ErrClosed
+		}
+	}
+	plan := g.defaultPlan
+	if answer.Plan != "" {
+		if plan = g.plans[answer.Plan]; plan == nil {
+			g.mu.Unlock()
+			return nil, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id)
+		}
+	}
+	if answer.MaxConns < 0 || answer.MaxConns > g.capacity {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
+			ErrInvalidConfig, id, answer.MaxConns, g.capacity)
+	}
+	now := g.nowLocked()
+	t := g.tenants[id] // it may have been created while the lock was released
+	if t == nil {
+		if len(g.tenants) >= g.cfg.MaxTenants && !g.makeRoomLocked(now) {
+			n := len(g.tenants)
+			g.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d tracked and all busy", ErrTooManyTenants, n)
+		}
+		t = &tenant{id: strings.Clone(id)} // do not pin the caller's buffer
+		g.tenants[t.id] = t
+		if len(g.tenants) > g.tenantsPeak {
+			g.tenantsPeak = len(g.tenants)
+		}
+	}
+	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
+	g.applyLimitLocked(t)
+	return t, nil
+}

@@ -1,0 +1,154 @@
+package pool
+
+// Idle tenants are removed so that memory does not grow with every tenant ever
+// seen. A tenant becomes idle when nothing of it is in use or waiting. The
+// uncontended path does not read the clock (it costs more than the rest of
+// that path), so a tenant that goes idle without a clock reading at hand joins
+// the fresh list unstamped; a later sweep, which has the time, stamps it and
+// moves it to the idle list, which is therefore ordered by stamp. Sweeps run on
+// the sampled uncontended acquires, on new tenants and in EvictIdle, each
+// looking at a bounded number of tenants. A tenant is thus evicted no sooner
+// than IdleTTL after it went idle.
+
+const (
+	notIdle uint8 = iota
+	inFresh
+	inIdle
+)
+
+// idleList is an intrusive FIFO of tenants through tenant.idlePrev/idleNext.
+type idleList struct {
+	head, tail *tenant
+	n          int
+}
+
+func (l *idleList) pushBack(t *tenant) {
+	t.idlePrev, t.idleNext = l.tail, nil
+	if l.tail != nil {
+		l.tail.idleNext = t
+	} else {
+		l.head = t
+	}
+	l.tail = t
+	l.n++
+}
+
+func (l *idleList) remove(t *tenant) {
+	if t.idlePrev != nil {
+		t.idlePrev.idleNext = t.idleNext
+	} else {
+		l.head = t.idleNext
+	}
+	if t.idleNext != nil {
+		t.idleNext.idlePrev = t.idlePrev
+	} else {
+		l.tail = t.idlePrev
+	}
+	t.idlePrev, t.idleNext = nil, nil
+	l.n--
+}
+
+// markIdleLocked records that t went idle; now is a fresh clock reading, or 0
+// when none is at hand.
+func (g *Gate) markIdleLocked(t *tenant, now int64) {
+	if now != 0 {
+		t.idleSince, t.idleList = now, inIdle
+		g.idle.pushBack(t)
+		return
+	}
+	t.idleList = inFresh
+	g.fresh.pushBack(t)
+}
+
+func (g *Gate) unidleLocked(t *tenant) {
+	switch t.idleList {
+	case inFresh:
+		g.fresh.remove(t)
+	case inIdle:
+		g.idle.remove(t)
+	}
+	t.idleList = notIdle
+}
+
+// sweepLocked stamps unstamped idle tenants and evicts expired ones, looking at
+// no more than budget tenants of each kind.
+func (g *Gate) sweepLocked(now int64, budget int) {
+	for i := 0; i < budget && g.fresh.head != nil; i++ {
+		t := g.fresh.head
+		g.fresh.remove(t)
+		t.idleSince, t.idleList = now, inIdle
+		g.idle.pushBack(t)
+	}
+	ttl := int64(g.cfg.IdleTTL)
+	for i := 0; i < budget; i++ {
+		t := g.idle.head
+		if t == nil || now-t.idleSince < ttl {
+			return
+		}
+		g.evictLocked(t)
+	}
+}
+
+// evictLocked forgets an idle tenant.
+func (g *Gate) evictLocked(t *tenant) {
+	g.unidleLocked(t)
+	delete(g.tenants, t.id)
+	g.evicted++
+	if t.reserved > 0 { // inUse is 0: the whole reservation was kept free
+		g.reservedFree -= t.reserved
+		g.reservedTotal -= t.reserved
+		t.reserved = 0
+		g.dispatchLocked()
+	}
+}
+
+// makeRoomLocked makes room for one more tenant at Config.MaxTenants: it
+// sweeps, and if that freed nothing evicts the longest-idle tenant early.
+// It reports false when every tracked tenant is busy.
+func (g *Gate) makeRoomLocked(now int64) bool {
+	g.sweepLocked(now, sweepBudget)
+	if len(g.tenants) < g.cfg.MaxTenants {
+		return true
+	}
+	t := g.idle.head
+	if t == nil {
+		t = g.fresh.head
+	}
+	if t == nil {
+		return false
+	}
+	g.evictLocked(t)
+	return true
+}
+
+// EvictIdle removes every tenant that has been idle for Config.IdleTTL or
+// longer and returns how many it removed. Tenants that went idle since the last
+// sweep are stamped now and removed by a later call. Unlike the sweeps on the
+// request path it is not bounded: it takes the lock for time proportional to
+// the idle tenants, so call it from a background ticker, not per request.
+func (g *Gate) EvictIdle() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	before := g.evicted
+	g.sweepLocked(g.nowLocked(), g.fresh.n+g.idle.n)
+	g.shrinkLocked()
+	return int(g.evicted - before)
+}
+
+// shrinkLocked rebuilds the tenants map once it holds under a quarter of its
+// peak: Go maps never give back their buckets, so after a flood of tenants has
+// been evicted the empty map would otherwise keep the flood's memory.
+func (g *Gate) shrinkLocked() {
+	n := len(g.tenants)
+	if n > g.tenantsPeak {
+		g.tenantsPeak = n
+	}
+	if g.tenantsPeak < 1024 || n >= g.tenantsPeak/4 {
+		return
+	}
+	m := make(map[string]*tenant, n)
+	for id, t := range g.tenants {
+		m[id] = t
+	}
+	g.tenants, g.tenantsPeak = m, n
+}

@@ -1,0 +1,248 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock replaces a Gate's clock, so tests of TTLs do not sleep.
+type fakeClock struct{ now atomic.Int64 }
+
+func (c *fakeClock) advance(d time.Duration) { c.now.Add(int64(d)) }
+
+func newTestGate(t *testing.T, cfg Config) (*Gate, *fakeClock) {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	c := &fakeClock{}
+	c.now.Store(1)
+	g.clock = c.now.Load
+	return g, c
+}
+
+func acquire(t *testing.T, g *Gate, id string) Permit {
+	t.Helper()
+	p, err := g.Acquire(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", id, err)
+	}
+	return p
+}
+
+func tracked(g *Gate, id string) bool {
+	_, ok := g.TenantStats(id)
+	return ok
+}
+
+func TestIdleTenantEvictedAfterTTL(t *testing.T) {
+	g, clock := newTestGate(t, Config{Capacity: 4, IdleTTL: time.Minute})
+	acquire(t, g, "a").Release() // uncontended: idle without a clock reading
+	clock.advance(30 * time.Second)
+	if n := g.EvictIdle(); n != 0 || !tracked(g, "a") {
+		t.Fatalf("evicted %d before IdleTTL", n)
+	}
+	clock.advance(59 * time.Second) // 59s after it was stamped idle
+	if n := g.EvictIdle(); n != 0 {
+		t.Fatalf("evicted %d before IdleTTL", n)
+	}
+	clock.advance(time.Second)
+	if n := g.EvictIdle(); n != 1 || tracked(g, "a") {
+		t.Fatalf("evicted %d, tracked=%v; want a evicted after IdleTTL", n, tracked(g, "a"))
+	}
+	if s := g.Stats(); s.Evicted != 1 || s.Tenants != 0 || s.Acquired != 1 {
+		t.Fatalf("Stats = %+v: totals must survive eviction", s)
+	}
+}
+
+func TestBusyTenantsAreNotEvicted(t *testing.T) {
+	g, clock := newTestGate(t, Config{Capacity: 1, IdleTTL: time.Minute, Plans: map[string]Plan{"p": {MaxConns: 1, MaxWaiting: 1}}})
+	held := acquire(t, g, "holder")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, "waiter"); done <- err }()
+	for g.Stats().Waiting != 1 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	for range 3 {
+		clock.advance(time.Hour)
+		g.EvictIdle()
+	}
+	if !tracked(g, "holder") || !tracked(g, "waiter") {
+		t.Fatal("a tenant in use or waiting was evicted")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	held.Release()
+}
+
+func TestIdleEvictionHappensLazilyOnRequests(t *testing.T) {
+	g, clock := newTestGate(t, Config{Capacity: 4, IdleTTL: time.Minute})
+	acquire(t, g, "gone").Release()
+	clock.advance(2 * time.Minute)
+	for range 2 * holdSampleEvery { // a sampled acquire stamps, a later one evicts
+		acquire(t, g, "busy").Release()
+		clock.advance(2 * time.Minute)
+	}
+	if tracked(g, "gone") {
+		t.Fatal("idle tenant not evicted by sweeps on the request path")
+	}
+}
+
+func TestMaxTenantsBoundsState(t *testing.T) {
+	g, _ := newTestGate(t, Config{Capacity: 10, MaxTenants: 3, IdleTTL: time.Hour})
+	a := acquire(t, g, "a")
+	acquire(t, g, "b")
+	acquire(t, g, "c")
+	if _, err := g.Acquire(context.Background(), "d"); !errors.Is(err, ErrTooManyTenants) {
+		t.Fatalf("err = %v, want ErrTooManyTenants", err)
+	}
+	if tracked(g, "d") || g.Stats().Tenants != 3 {
+		t.Fatal("a refused tenant was tracked")
+	}
+	a.Release() // a is idle now (long before its TTL): it makes room
+	acquire(t, g, "d")
+	if tracked(g, "a") || g.Stats().Tenants != 3 {
+		t.Fatalf("tracked a=%v tenants=%d; want a evicted early to make room", tracked(g, "a"), g.Stats().Tenants)
+	}
+}
+
+func TestEvictingReservedTenantFreesItsReservation(t *testing.T) {
+	g, clock := newTestGate(t, Config{
+		Capacity: 2, MaxReserved: 1, IdleTTL: time.Minute,
+		Plans:       map[string]Plan{"ent": {MaxConns: 2, ReservedConns: 1}, "std": {MaxConns: 2, MaxWaiting: 1}},
+		DefaultPlan: "std",
+		Lookup: func(_ context.Context, id string) (Tenant, error) {
+			if id == "ent" {
+				return Tenant{Plan: "ent"}, nil
+			}
+			return Tenant{}, nil
+		},
+	})
+	acquire(t, g, "ent").Release()
+	s1 := acquire(t, g, "std")
+	done := make(chan Permit, 1)
+	go func() { p, _ := g.Acquire(context.Background(), "std"); done <- p }()
+	for g.Stats().Waiting != 1 { // the last free unit is ent's
+		time.Sleep(50 * time.Microsecond)
+	}
+	clock.advance(2 * time.Minute)
+	g.EvictIdle() // stamps ent
+	clock.advance(2 * time.Minute)
+	g.EvictIdle() // evicts ent: its reserved unit goes to std's waiter
+	p := <-done
+	if s := g.Stats(); s.Reserved != 0 || s.InUse != 2 {
+		t.Fatalf("Stats = %+v", s)
+	}
+	p.Release()
+	s1.Release()
+}
+
+func TestLookupCachedForTTL(t *testing.T) {
+	var calls atomic.Int32
+	plan := atomic.Value{}
+	plan.Store("std")
+	g, clock := newTestGate(t, Config{
+		Capacity: 10, LookupTTL: time.Minute, DefaultPlan: "std",
+		Plans: map[string]Plan{"std": {MaxConns: 2}, "ent": {MaxConns: 8}},
+		Lookup: func(_ context.Context, id string) (Tenant, error) {
+			calls.Add(1)
+			return Tenant{Plan: plan.Load().(string)}, nil
+		},
+	})
+	acquire(t, g, "acme").Release()
+	acquire(t, g, "acme").Release()
+	if calls.Load() != 1 {
+		t.Fatalf("Lookup called %d times within its TTL, want 1", calls.Load())
+	}
+	plan.Store("ent") // the tenant upgrades
+	clock.advance(61 * time.Second)
+	acquire(t, g, "acme").Release()
+	if s, _ := g.TenantStats("acme"); calls.Load() != 2 || s.Limit != 8 || s.Plan != "ent" {
+		t.Fatalf("after TTL: calls=%d stats=%+v", calls.Load(), s)
+	}
+	plan.Store("std")
+	g.InvalidateTenant("acme")
+	acquire(t, g, "acme").Release()
+	if s, _ := g.TenantStats("acme"); calls.Load() != 3 || s.Limit != 2 {
+		t.Fatalf("after InvalidateTenant: calls=%d stats=%+v", calls.Load(), s)
+	}
+}
+
+func TestGrantRacingCancellationIsGivenBack(t *testing.T) {
+	// Force the race: the waiter is granted and its context cancelled while
+	// it is still parked, so it wakes to both. It must give the permit back.
+	g, _ := newTestGate(t, Config{Capacity: 1})
+	holder := acquire(t, g, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		p, err := g.Acquire(ctx, "b")
+		if err == nil {
+			p.Release()
+		}
+		done <- err
+	}()
+	for g.Stats().Waiting != 1 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	g.mu.Lock()
+	cancel()
+	g.releaseLocked(holder.s) // grants b's waiter under the same lock
+	g.mu.Unlock()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want Canceled", err)
+	}
+	s, _ := g.TenantStats("b")
+	if s.Acquired != 0 || s.Cancelled != 1 || s.InUse != 0 {
+		t.Fatalf("b = %+v: the raced grant must be undone", s)
+	}
+	if st := g.Stats(); st.InUse != 0 || st.Waiting != 0 {
+		t.Fatalf("Stats = %+v: the permit was lost", st)
+	}
+	acquire(t, g, "c").Release()
+}
+
+func TestGrantRacingCancellationManyTimes(t *testing.T) {
+	g, _ := newTestGate(t, Config{Capacity: 1})
+	var got, cancelled int
+	for range 2000 {
+		holder := acquire(t, g, "a")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			p, err := g.Acquire(ctx, "b")
+			if err == nil {
+				p.Release()
+			}
+			done <- err
+		}()
+		for g.Stats().Waiting != 1 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); holder.Release() }()
+		go func() { defer wg.Done(); cancel() }()
+		wg.Wait()
+		if err := <-done; err == nil {
+			got++
+		} else if errors.Is(err, context.Canceled) {
+			cancelled++
+		} else {
+			t.Fatal(err)
+		}
+		if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+			t.Fatalf("after a race: %+v", s)
+		}
+	}
+	t.Logf("granted %d, cancelled %d", got, cancelled)
+}

@@ -1,0 +1,162 @@
+package pool
+
+import (
+	"fmt"
+	"time"
+)
+
+// SetTenantLimit overrides tenantID's cap at runtime, above its plan's and any
+// Lookup override; n == 0 removes the override. A raise serves waiting
+// requests at once; a cut revokes nothing, new grants wait until the tenant
+// is below it. Overrides are kept for tenants not tracked yet and survive
+// idle eviction, so their number grows only with the calls made.
+func (g *Gate) SetTenantLimit(tenantID string, n int) error {
+	if err := validateID(tenantID, g.cfg.MaxTenantIDLen); err != nil {
+		return err
+	}
+	if n < 0 || n > g.capacity {
+		return fmt.Errorf("%w: tenant %q limit %d outside 0 to capacity %d", ErrInvalidConfig, tenantID, n, g.capacity)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n == 0 {
+		delete(g.overrides, tenantID)
+	} else {
+		g.overrides[tenantID] = n
+	}
+	if t := g.tenants[tenantID]; t != nil {
+		g.applyLimitLocked(t)
+	}
+	return nil
+}
+
+// SetPlan adds a plan or changes one at runtime; tenants on it take the new
+// limits, weight and reservation at once, as SetTenantLimit describes. It
+// takes the lock for time proportional to the tracked tenants: it is for
+// administrative changes, not per request.
+func (g *Gate) SetPlan(name string, p Plan) error {
+	if err := p.validate(name, g.capacity, g.cfg.MaxReserved); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ps := g.plans[name]
+	if ps == nil {
+		g.plans[name] = newPlanState(name, p)
+		return nil
+	}
+	ps.Plan, ps.weight = p, max(1, p.Weight)
+	for _, t := range g.tenants {
+		if t.plan == ps {
+			g.applyLimitLocked(t)
+		}
+	}
+	return nil
+}
+
+// InvalidateTenant drops tenantID's cached Lookup answer, so that its next
+// request asks Lookup again (for example after its plan changed).
+func (g *Gate) InvalidateTenant(tenantID string) {
+	g.mu.Lock()
+	if t := g.tenants[tenantID]; t != nil {
+		t.resolvedAt = -int64(g.cfg.LookupTTL) - 1
+	}
+	g.mu.Unlock()
+}
+
+// applyLimitLocked recomputes t's cap (runtime override, then Lookup's, then
+// the plan's) and reservation, and serves what that makes possible.
+func (g *Gate) applyLimitLocked(t *tenant) {
+	limit := t.plan.MaxConns
+	if t.lookupMax > 0 {
+		limit = t.lookupMax
+	}
+	if o, ok := g.overrides[t.id]; ok {
+		limit = o
+	}
+	t.limit = limit
+	g.demoteLocked(t)
+	g.reserveLocked(t)
+	g.promoteLocked(t)
+	g.dispatchLocked()
+}
+
+// demoteLocked, after a cut, hands back tenant slots that requests waiting for
+// global capacity hold beyond the new limit: the latest of them go back, in
+// order, to the front of the queue for the tenant's cap. Permits in use are
+// never revoked.
+func (g *Gate) demoteLocked(t *tenant) {
+	c := t.wait
+	if c == nil {
+		return
+	}
+	for c.globalQ.n > 0 && t.held() > t.limit {
+		w := c.globalQ.tail
+		c.globalQ.remove(w)
+		w.stage, w.promoted = stageCap, 0
+		c.capQ.pushFront(w)
+	}
+	g.fixLinesLocked(t)
+}
+
+// reserveLocked brings t's reservation in force to min(plan.ReservedConns,
+// limit) if the reservations in force still fit in Config.MaxReserved, and to
+// nothing if they do not (all or nothing, so a reservation means what it says).
+func (g *Gate) reserveLocked(t *tenant) {
+	want := min(t.plan.ReservedConns, t.limit)
+	if want == t.reserved {
+		return
+	}
+	g.reservedFree -= max(0, t.reserved-t.inUse)
+	g.reservedTotal -= t.reserved
+	t.reserved = 0
+	if g.reservedTotal+want <= g.cfg.MaxReserved {
+		t.reserved, t.reservationDenied = want, false
+	} else if !t.reservationDenied {
+		t.reservationDenied = true
+		g.resDenied++
+	}
+	g.reservedFree += max(0, t.reserved-t.inUse)
+	g.reservedTotal += t.reserved
+	g.fixLinesLocked(t)
+}
+
+// retryAfterLocked estimates when t will next have a free slot: its average
+// hold time for every round of its cap that its waiting requests need.
+func (g *Gate) retryAfterLocked(t *tenant) time.Duration {
+	hold := time.Duration(t.avgHold)
+	if hold <= 0 {
+		hold = unknownHold
+	}
+	d := hold * time.Duration(t.waiting()/max(1, t.limit)+1)
+	return min(max(d, time.Millisecond), g.cfg.MaxRetryAfter)
+}
+
+// Close fails every waiting request with ErrClosed and makes later Acquire
+// calls fail with it. Permits already granted stay valid; releasing them is
+// still safe.
+func (g *Gate) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	g.closed = true
+	for _, t := range g.tenants {
+		c := t.wait
+		if c == nil {
+			continue
+		}
+		for _, q := range []*waitQueue{&c.capQ, &c.globalQ} {
+			for w := q.popFront(); w != nil; w = q.popFront() {
+				w.stage, w.err = stageDone, ErrClosed
+				g.waiting--
+				close(w.ready)
+			}
+		}
+		g.fixLinesLocked(t)
+		if t.isIdle() {
+			g.markIdleLocked(t, 0)
+		}
+	}
+}

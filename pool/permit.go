@@ -1,0 +1,100 @@
+package pool
+
+import (
+	"context"
+	"time"
+)
+
+// Permit is a granted admission: one of its tenant's slots and one unit of
+// global capacity, both returned by Release. It is a small value: copies refer
+// to the same admission, and releasing any of them releases it once. The zero
+// Permit is valid; its Release does nothing.
+type Permit struct {
+	s   *permitState
+	gen uint64
+}
+
+// permitState is the Gate's record of a granted permit. Released states are
+// reused (the Gate keeps a free list, never longer than its capacity), so the
+// uncontended path allocates nothing; gen tells a stale Permit from the
+// current holder, which is what makes Release idempotent.
+type permitState struct {
+	g      *Gate
+	t      *tenant         // guarded by g.mu
+	gen    uint64          // guarded by g.mu: bumped on every release
+	ctx    context.Context // the tracer's context, nil without a tracer
+	start  int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
+	weight int64           // guarded by g.mu: how many permits a measured hold stands for
+	next   *permitState    // guarded by g.mu: in the free list
+}
+
+// Release returns the permit's tenant slot and global capacity, and serves
+// whoever waits for them. Only the first Release of a permit (or of any copy
+// of it) has an effect, so a deferred Release next to an explicit one is safe.
+func (p Permit) Release() {
+	s := p.s
+	if s == nil {
+		return
+	}
+	g := s.g
+	g.mu.Lock()
+	if s.gen != p.gen {
+		g.mu.Unlock()
+		return
+	}
+	tctx := s.ctx
+	tenantID, plan, hold := g.releaseLocked(s)
+	g.mu.Unlock()
+	if g.releaseTracer != nil {
+		g.releaseTracer.TraceRelease(tctx, g, TraceReleaseData{Tenant: tenantID, Plan: plan, Hold: time.Duration(hold)})
+	}
+}
+
+// releaseLocked returns s's slot and capacity, serves whoever waits for them
+// and recycles s. It returns the tenant, its plan and the measured hold time
+// (0 if not measured).
+func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64) {
+	t := s.t
+	var now int64
+	if s.start != 0 {
+		now = g.nowLocked()
+		hold = now - s.start
+		t.holdTotal += hold * s.weight
+		g.totals.holdTotal += hold * s.weight
+		if t.avgHold == 0 {
+			t.avgHold = hold
+		} else {
+			t.avgHold += (hold - t.avgHold) / 8
+		}
+	}
+	s.gen++
+	s.t, s.ctx, s.start, s.weight = nil, nil, 0, 0
+	s.next, g.freePermits = g.freePermits, s
+
+	t.inUse--
+	g.used--
+	if t.inUse < t.reserved {
+		g.reservedFree++
+	}
+	if t.wait != nil {
+		g.fixLinesLocked(t)
+		g.promoteLocked(t)
+	}
+	g.dispatchLocked()
+	if t.isIdle() {
+		g.markIdleLocked(t, now)
+	}
+	return t.id, t.plan.name, hold
+}
+
+// newPermitLocked returns a permit for t, reusing a released state if any.
+func (g *Gate) newPermitLocked(t *tenant) Permit {
+	s := g.freePermits
+	if s != nil {
+		g.freePermits, s.next = s.next, nil
+	} else {
+		s = &permitState{g: g}
+	}
+	s.t = t
+	return Permit{s: s, gen: s.gen}
+}

@@ -1,0 +1,75 @@
+package pool
+
+// waiter is one request waiting for a permit. Its ready channel is closed,
+// under Gate.mu, when it is granted or failed; state tells which.
+type waiter struct {
+	t          *tenant
+	prev, next *waiter // guarded by Gate.mu
+	ready      chan struct{}
+	stage      waitStage // guarded by Gate.mu
+	permit     Permit    // guarded by Gate.mu: set when granted
+	err        error     // guarded by Gate.mu: set when failed
+	enqueued   int64     // clock when it began to wait
+	promoted   int64     // guarded by Gate.mu: clock when it got a tenant slot
+	granted    int64     // guarded by Gate.mu: clock when it got the permit
+}
+
+type waitStage uint8
+
+const (
+	stageCap    waitStage = iota // over the tenant's cap, in capQ
+	stageGlobal                  // holding a tenant slot, in globalQ
+	stageDone                    // granted or failed; in no queue
+)
+
+// waitQueue is a FIFO of waiters with O(1) removal from the middle, which a
+// cancelled wait needs.
+type waitQueue struct {
+	head, tail *waiter
+	n          int
+}
+
+func (q *waitQueue) pushBack(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+	q.n++
+}
+
+func (q *waitQueue) pushFront(w *waiter) {
+	w.prev, w.next = nil, q.head
+	if q.head != nil {
+		q.head.prev = w
+	} else {
+		q.tail = w
+	}
+	q.head = w
+	q.n++
+}
+
+func (q *waitQueue) popFront() *waiter {
+	w := q.head
+	if w != nil {
+		q.remove(w)
+	}
+	return w
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	q.n--
+}

@@ -1,0 +1,88 @@
+package pool
+
+import "time"
+
+// TenantStats is a snapshot of one tracked tenant.
+type TenantStats struct {
+	Tenant string
+	Plan   string
+	// Limit is the tenant's cap; Reserved its reservation in force.
+	Limit, Reserved int
+	// InUse counts permits held; Waiting, requests waiting for the tenant's
+	// cap or for global capacity.
+	InUse, Waiting int
+	// Acquired, Rejected, TimedOut and Cancelled count admissions by outcome
+	// since the tenant was first seen (or last evicted).
+	Acquired, Rejected, TimedOut, Cancelled uint64
+	// WaitTime is the total time requests waited. HoldTime is the total time
+	// permits were held: exact for permits that waited or were traced, and
+	// estimated from a one-in-16 sample of the others.
+	WaitTime, HoldTime time.Duration
+	// AvgHold is a moving average of the measured hold times, which
+	// OverLimitError.RetryAfter is derived from; 0 until one is measured.
+	AvgHold time.Duration
+}
+
+// Stats is a snapshot of the whole Gate. Counters include evicted tenants.
+type Stats struct {
+	Capacity int
+	// InUse and Waiting add up all tenants'.
+	InUse, Waiting int
+	// Tenants is the number tracked; Reserved the reservations in force.
+	Tenants, Reserved                       int
+	Acquired, Rejected, TimedOut, Cancelled uint64
+	WaitTime, HoldTime                      time.Duration
+	// Evicted counts tenants removed as idle or to make room.
+	Evicted uint64
+	// ReservationsDenied counts tenants whose plan's reservation did not fit
+	// in Config.MaxReserved when they came.
+	ReservationsDenied uint64
+}
+
+// Stats returns a snapshot of the Gate.
+func (g *Gate) Stats() Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return Stats{
+		Capacity: g.capacity, InUse: g.used, Waiting: g.waiting,
+		Tenants: len(g.tenants), Reserved: g.reservedTotal,
+		Acquired: g.totals.acquired, Rejected: g.totals.rejected,
+		TimedOut: g.totals.timedOut, Cancelled: g.totals.cancelled,
+		WaitTime: time.Duration(g.totals.waitTotal), HoldTime: time.Duration(g.totals.holdTotal),
+		Evicted: g.evicted, ReservationsDenied: g.resDenied,
+	}
+}
+
+// TenantStats returns a snapshot of tenantID, and false when it is not tracked
+// (never seen, or evicted as idle).
+func (g *Gate) TenantStats(tenantID string) (TenantStats, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.tenants[tenantID]
+	if t == nil {
+		return TenantStats{Tenant: tenantID}, false
+	}
+	return t.statsLocked(), true
+}
+
+// AppendTenantStats appends a snapshot of every tracked tenant to dst. It takes
+// the lock for time proportional to the tracked tenants: call it at metric
+// collection intervals, not per request.
+func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.tenants {
+		dst = append(dst, t.statsLocked())
+	}
+	return dst
+}
+
+func (t *tenant) statsLocked() TenantStats {
+	return TenantStats{
+		Tenant: t.id, Plan: t.plan.name,
+		Limit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
+		Acquired: t.acquired, Rejected: t.rejected, TimedOut: t.timedOut, Cancelled: t.cancelled,
+		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
+		AvgHold: time.Duration(t.avgHold),
+	}
+}

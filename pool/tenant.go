@@ -1,0 +1,96 @@
+package pool
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// planState is a configured plan. Tenants point at it, so SetPlan can change a
+// plan for all its tenants in place.
+type planState struct {
+	name   string
+	Plan       // guarded by Gate.mu
+	weight int // guarded by Gate.mu: Plan.Weight, 0 made 1
+}
+
+// tenant is the state of one tracked tenant. It is kept small (about 150
+// bytes) because up to Config.MaxTenants of them may be idle at once; what only
+// contended tenants need lives in *contention.
+type tenant struct {
+	id   string
+	plan *planState // guarded by Gate.mu
+
+	limit     int // guarded by Gate.mu: effective cap (override, Lookup answer, or plan)
+	lookupMax int // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
+	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, limit)
+	inUse     int // guarded by Gate.mu: permits granted and not released
+
+	wait *contention // guarded by Gate.mu: nil until the tenant first waits
+
+	idleList           uint8   // guarded by Gate.mu: which idle list holds the tenant, if any
+	reservationDenied  bool    // guarded by Gate.mu: its reservation did not fit; counted once
+	refreshing         bool    // guarded by Gate.mu: a Lookup refresh is under way
+	idlePrev, idleNext *tenant // guarded by Gate.mu
+	idleSince          int64   // guarded by Gate.mu: clock when stamped idle
+	resolvedAt         int64   // guarded by Gate.mu: clock of the Lookup answer in use
+	avgHold            int64   // guarded by Gate.mu: moving average of measured hold times, ns
+	counters                   // guarded by Gate.mu
+}
+
+// contention is what a tenant needs while its requests wait.
+type contention struct {
+	capQ    waitQueue // requests over the tenant's cap, waiting for one of its slots
+	globalQ waitQueue // requests holding a tenant slot, waiting for global capacity
+
+	ringPrev, ringNext *tenant // in the fair ring while globalQ is not empty
+	resPrev, resNext   *tenant // in the reserved line while globalQ is not empty and inUse < reserved
+	inRing, inRes      bool
+}
+
+// waiting is how many of the tenant's requests wait in either stage.
+func (t *tenant) waiting() int {
+	if t.wait == nil {
+		return 0
+	}
+	return t.wait.capQ.n + t.wait.globalQ.n
+}
+
+// held is how many tenant slots are taken: permits in use plus requests
+// waiting for global capacity.
+func (t *tenant) held() int {
+	if t.wait == nil {
+		return t.inUse
+	}
+	return t.inUse + t.wait.globalQ.n
+}
+
+func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 }
+
+// counters are cumulative, per tenant and for the whole Gate.
+type counters struct {
+	acquired, rejected, timedOut, cancelled uint64
+	waitTotal, holdTotal                    int64 // ns
+}
+
+// validateID reports why id cannot name a tenant, or nil.
+func validateID(id string, maxLen int) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidTenant)
+	}
+	if len(id) > maxLen {
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidTenant, len(id), maxLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: control character at byte %d", ErrInvalidTenant, i)
+		}
+		if c >= utf8.RuneSelf {
+			if !utf8.ValidString(id) {
+				return fmt.Errorf("%w: not valid UTF-8", ErrInvalidTenant)
+			}
+			break
+		}
+	}
+	return nil
+}
