@@ -108,6 +108,11 @@ type Config struct {
 	// Tracer observes admissions; if it also implements ReleaseTracer, releases.
 	// Default nil.
 	Tracer AcquireTracer
+
+	// Cluster, when set, keeps each tenant's cap across processes: every
+	// request also takes a cluster-wide slot from it, after its local tenant
+	// slot and before global capacity. Default nil: limits are per process.
+	Cluster ClusterLimiter
 }
 
 const (

@@ -165,8 +165,15 @@ func (g *Gate) promoteLocked(t *tenant) {
 	now := g.nowLocked()
 	for c.capQ.n > 0 && t.held() < t.limit {
 		w := c.capQ.popFront()
-		w.stage = stageGlobal
 		w.promoted = now
+		if g.cluster != nil && w.lease == nil {
+			// Its goroutine asks the cluster, outside the lock.
+			w.stage = stageCluster
+			t.clusterPending++
+			w.signal()
+			continue
+		}
+		w.stage = stageGlobal
 		c.globalQ.pushBack(w)
 	}
 	g.fixLinesLocked(t)

@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +13,7 @@ type Gate struct {
 	cfg           Config // read-only after New, but for Plans (see plans)
 	capacity      int
 	tracer        AcquireTracer
+	cluster       ClusterLimiter
 	releaseTracer ReleaseTracer
 	epoch         time.Time
 	clock         func() int64 // ns since epoch, monotonic; replaced in tests
@@ -38,6 +38,8 @@ type Gate struct {
 	totals        counters              // guarded by mu
 	evicted       uint64                // guarded by mu
 	resDenied     uint64                // guarded by mu
+	clusterLocal  uint64                // guarded by mu
+	clusterErrors uint64                // guarded by mu
 }
 
 // New validates cfg and returns a Gate. A configuration that cannot work (a
@@ -52,6 +54,7 @@ func New(cfg Config) (*Gate, error) {
 		cfg:       cfg,
 		capacity:  cfg.Capacity,
 		tracer:    cfg.Tracer,
+		cluster:   cfg.Cluster,
 		epoch:     time.Now(),
 		tenants:   make(map[string]*tenant),
 		plans:     make(map[string]*planState, len(cfg.Plans)),
@@ -136,7 +139,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	d.Plan, d.Limit, d.InUse = t.plan.name, t.limit, t.inUse
 
 	c := t.wait
-	if c == nil || c.capQ.n == 0 && c.globalQ.n == 0 {
+	if g.cluster == nil && (c == nil || c.capQ.n == 0 && c.globalQ.n == 0) {
 		if t.inUse < t.limit && g.grantableLocked(t) {
 			// The fast path: nobody of this tenant waits, its cap and global
 			// capacity have room. Hold time is measured on one permit in 16
@@ -162,8 +165,16 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if now == 0 {
 		now = g.nowLocked()
 	}
-	w := &waiter{t: t, ready: make(chan struct{}), enqueued: now}
+	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
 	if t.held() < t.limit && c.capQ.n == 0 {
+		if g.cluster != nil {
+			// A tenant slot is free here; the cluster must agree.
+			w.stage, w.promoted = stageCluster, now
+			t.clusterPending++
+			g.waiting++
+			g.mu.Unlock()
+			return g.clusterStep(ctx, w, d)
+		}
 		d.Position = c.globalQ.n + 1
 		w.stage, w.promoted = stageGlobal, now
 		c.globalQ.pushBack(w)
@@ -197,119 +208,6 @@ const (
 	sweepBudget = 16
 )
 
-// wait blocks until w is granted or failed, ctx ends, or (while w is over its
-// tenant's cap) maxWait runs out; maxWait is 0 when w starts within the cap.
-func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *TraceAcquireEndData) (Permit, error) {
-	var timeout <-chan time.Time
-	if maxWait > 0 {
-		timer := time.NewTimer(maxWait)
-		defer timer.Stop()
-		timeout = timer.C
-	}
-	for {
-		select {
-		case <-w.ready:
-		case <-ctx.Done():
-		case <-timeout:
-		}
-		g.mu.Lock()
-		t := w.t
-		if w.stage == stageDone { // granted or failed, perhaps racing ctx or the timer
-			if w.err != nil {
-				g.mu.Unlock()
-				return Permit{}, w.err
-			}
-			g.fillWaitsLocked(w, d)
-			if ctx.Err() == nil {
-				g.mu.Unlock()
-				d.Outcome = Acquired
-				return w.permit, nil
-			}
-			// The grant raced the cancellation: give it back rather than
-			// hand a permit to a caller that has gone.
-			t.acquired--
-			g.totals.acquired--
-			g.releaseLocked(w.permit.s)
-		} else if ctx.Err() == nil {
-			if w.stage == stageGlobal {
-				// MaxWait bounds only the wait for the tenant's own cap; this
-				// request now holds a tenant slot and waits for global capacity.
-				timeout = nil
-				g.mu.Unlock()
-				continue
-			}
-			now := g.nowLocked()
-			g.abandonLocked(w, now)
-			t.timedOut++
-			g.totals.timedOut++
-			err := &OverLimitError{Tenant: t.id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t),
-				Waited: time.Duration(now - w.enqueued)}
-			g.fillWaitsLocked(w, d)
-			g.mu.Unlock()
-			d.Outcome = TimedOut
-			return Permit{}, err
-		} else {
-			g.abandonLocked(w, g.nowLocked())
-			g.fillWaitsLocked(w, d)
-		}
-		err := ctx.Err()
-		if d.Outcome = ctxOutcome(err); d.Outcome == TimedOut {
-			t.timedOut++
-			g.totals.timedOut++
-		} else {
-			t.cancelled++
-			g.totals.cancelled++
-		}
-		g.mu.Unlock()
-		return Permit{}, fmt.Errorf("pool: tenant %q: gave up waiting after %v: %w",
-			t.id, (d.TenantWait + d.GlobalWait).Round(time.Microsecond), err)
-	}
-}
-
-func ctxOutcome(err error) Outcome {
-	if err == context.DeadlineExceeded {
-		return TimedOut
-	}
-	return Cancelled
-}
-
-// fillWaitsLocked records w's wait in the trace data and the wait totals.
-func (g *Gate) fillWaitsLocked(w *waiter, d *TraceAcquireEndData) {
-	end := w.granted
-	if end == 0 {
-		end = g.lastNow
-	}
-	if w.promoted != 0 {
-		d.TenantWait = time.Duration(w.promoted - w.enqueued)
-		d.GlobalWait = time.Duration(end - w.promoted)
-	} else {
-		d.TenantWait = time.Duration(end - w.enqueued)
-	}
-	waited := end - w.enqueued
-	w.t.waitTotal += waited
-	g.totals.waitTotal += waited
-}
-
-// abandonLocked takes a waiter that gave up out of its queue.
-func (g *Gate) abandonLocked(w *waiter, now int64) {
-	t, c := w.t, w.t.wait
-	switch w.stage {
-	case stageCap:
-		c.capQ.remove(w)
-	case stageGlobal:
-		c.globalQ.remove(w)
-		g.fixLinesLocked(t)
-		g.promoteLocked(t)
-		g.dispatchLocked()
-	}
-	w.stage = stageDone
-	w.granted = now
-	g.waiting--
-	if t.isIdle() {
-		g.markIdleLocked(t, now)
-	}
-}
-
 // grantHook, when set (by tests), is called under the lock before every
 // grant, to check invariants at the moment they matter.
 var grantHook func(g *Gate, t *tenant)
@@ -332,11 +230,12 @@ func (g *Gate) takeLocked(t *tenant) {
 func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
 	p := g.newPermitLocked(w.t)
 	p.s.start, p.s.weight = now, 1
+	p.s.lease, w.lease = w.lease, nil
 	w.permit = p
 	w.stage = stageDone
 	w.granted = now
 	g.waiting--
-	close(w.ready)
+	w.signal()
 }
 
 // nowLocked reads the clock and remembers the reading.
@@ -346,67 +245,4 @@ func (g *Gate) nowLocked() int64 {
 		g.lastNow = now
 	}
 	return g.lastNow
-}
-
-// resolveLocked finds or creates the state of tenant id, asking Lookup (outside
-// the lock) when one is configured. Called with g.mu held; returns with it held
-// on success and released on error. stale is the existing state whose Lookup
-// answer expired, or nil.
-func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*tenant, error) {
-	if stale == nil {
-		if err := validateID(id, g.cfg.MaxTenantIDLen); err != nil {
-			g.mu.Unlock()
-			return nil, err
-		}
-	}
-	var answer Tenant
-	if g.cfg.Lookup != nil {
-		if stale != nil {
-			stale.refreshing = true // others keep using the stale answer meanwhile
-		}
-		g.mu.Unlock()
-		var err error
-		answer, err = g.cfg.Lookup(ctx, id)
-		g.mu.Lock()
-		if stale != nil {
-			stale.refreshing = false
-		}
-		if err != nil {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("pool: lookup tenant %q: %w", id, err)
-		}
-		if g.closed {
-			g.mu.Unlock()
-			return nil, ErrClosed
-		}
-	}
-	plan := g.defaultPlan
-	if answer.Plan != "" {
-		if plan = g.plans[answer.Plan]; plan == nil {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id)
-		}
-	}
-	if answer.MaxConns < 0 || answer.MaxConns > g.capacity {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
-			ErrInvalidConfig, id, answer.MaxConns, g.capacity)
-	}
-	now := g.nowLocked()
-	t := g.tenants[id] // it may have been created while the lock was released
-	if t == nil {
-		if len(g.tenants) >= g.cfg.MaxTenants && !g.makeRoomLocked(now) {
-			n := len(g.tenants)
-			g.mu.Unlock()
-			return nil, fmt.Errorf("%w: %d tracked and all busy", ErrTooManyTenants, n)
-		}
-		t = &tenant{id: strings.Clone(id)} // do not pin the caller's buffer
-		g.tenants[t.id] = t
-		if len(g.tenants) > g.tenantsPeak {
-			g.tenantsPeak = len(g.tenants)
-		}
-	}
-	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
-	g.applyLimitLocked(t)
-	return t, nil
 }

@@ -137,11 +137,12 @@ func (g *Gate) retryAfterLocked(t *tenant) time.Duration {
 // still safe.
 func (g *Gate) Close() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.closed {
+		g.mu.Unlock()
 		return
 	}
 	g.closed = true
+	var leases []ClusterLease
 	for _, t := range g.tenants {
 		c := t.wait
 		if c == nil {
@@ -150,13 +151,22 @@ func (g *Gate) Close() {
 		for _, q := range []*waitQueue{&c.capQ, &c.globalQ} {
 			for w := q.popFront(); w != nil; w = q.popFront() {
 				w.stage, w.err = stageDone, ErrClosed
+				if w.lease != nil {
+					leases = append(leases, w.lease)
+					w.lease = nil
+				}
 				g.waiting--
-				close(w.ready)
+				w.signal()
 			}
 		}
 		g.fixLinesLocked(t)
 		if t.isIdle() {
 			g.markIdleLocked(t, 0)
 		}
+	}
+	// Requests asking the cluster find the gate closed when they come back.
+	g.mu.Unlock()
+	for _, l := range leases {
+		l.Release()
 	}
 }

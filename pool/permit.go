@@ -25,6 +25,7 @@ type permitState struct {
 	ctx    context.Context // the tracer's context, nil without a tracer
 	start  int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
 	weight int64           // guarded by g.mu: how many permits a measured hold stands for
+	lease  ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
 	next   *permitState    // guarded by g.mu: in the free list
 }
 
@@ -43,17 +44,18 @@ func (p Permit) Release() {
 		return
 	}
 	tctx := s.ctx
-	tenantID, plan, hold := g.releaseLocked(s)
+	tenantID, plan, hold, lease := g.releaseLocked(s)
 	g.mu.Unlock()
+	releaseLease(lease)
 	if g.releaseTracer != nil {
 		g.releaseTracer.TraceRelease(tctx, g, TraceReleaseData{Tenant: tenantID, Plan: plan, Hold: time.Duration(hold)})
 	}
 }
 
 // releaseLocked returns s's slot and capacity, serves whoever waits for them
-// and recycles s. It returns the tenant, its plan and the measured hold time
-// (0 if not measured).
-func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64) {
+// and recycles s. It returns the tenant, its plan, the measured hold time (0
+// if not measured) and the cluster lease to release once unlocked.
+func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64, lease ClusterLease) {
 	t := s.t
 	var now int64
 	if s.start != 0 {
@@ -68,7 +70,8 @@ func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64)
 		}
 	}
 	s.gen++
-	s.t, s.ctx, s.start, s.weight = nil, nil, 0, 0
+	lease = s.lease
+	s.t, s.ctx, s.start, s.weight, s.lease = nil, nil, 0, 0, nil
 	s.next, g.freePermits = g.freePermits, s
 
 	t.inUse--
@@ -84,7 +87,7 @@ func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64)
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
 	}
-	return t.id, t.plan.name, hold
+	return t.id, t.plan.name, hold, lease
 }
 
 // newPermitLocked returns a permit for t, reusing a released state if any.

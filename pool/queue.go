@@ -1,26 +1,39 @@
 package pool
 
-// waiter is one request waiting for a permit. Its ready channel is closed,
-// under Gate.mu, when it is granted or failed; state tells which.
+// waiter is one request waiting for a permit. Its wake channel is signalled,
+// under Gate.mu, when its stage changes in a way it must act on: granted or
+// failed (stageDone), or promoted to a tenant slot that the cluster must
+// confirm (stageCluster).
 type waiter struct {
-	t          *tenant
-	prev, next *waiter // guarded by Gate.mu
-	ready      chan struct{}
-	stage      waitStage // guarded by Gate.mu
-	permit     Permit    // guarded by Gate.mu: set when granted
-	err        error     // guarded by Gate.mu: set when failed
-	enqueued   int64     // clock when it began to wait
-	promoted   int64     // guarded by Gate.mu: clock when it got a tenant slot
-	granted    int64     // guarded by Gate.mu: clock when it got the permit
+	t           *tenant
+	prev, next  *waiter       // guarded by Gate.mu
+	wake        chan struct{} // buffered, 1
+	stage       waitStage     // guarded by Gate.mu
+	permit      Permit        // guarded by Gate.mu: set when granted
+	err         error         // guarded by Gate.mu: set when failed
+	enqueued    int64         // clock when it began to wait
+	promoted    int64         // guarded by Gate.mu: clock when it got a tenant slot
+	granted     int64         // guarded by Gate.mu: clock when it got the permit
+	lease       ClusterLease  // guarded by Gate.mu: its cluster slot, once it has one
+	clusterWait int64         // guarded by Gate.mu: time spent taking the cluster slot
 }
 
 type waitStage uint8
 
 const (
-	stageCap    waitStage = iota // over the tenant's cap, in capQ
-	stageGlobal                  // holding a tenant slot, in globalQ
-	stageDone                    // granted or failed; in no queue
+	stageCap     waitStage = iota // over the tenant's cap, in capQ
+	stageCluster                  // holding a tenant slot, asking Config.Cluster for a cluster slot
+	stageGlobal                   // holding a tenant slot, in globalQ
+	stageDone                     // granted or failed; in no queue
 )
+
+// signal wakes the waiter's goroutine; a wake already pending is enough.
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
 
 // waitQueue is a FIFO of waiters with O(1) removal from the middle, which a
 // cancelled wait needs.

@@ -37,6 +37,10 @@ type Stats struct {
 	// ReservationsDenied counts tenants whose plan's reservation did not fit
 	// in Config.MaxReserved when they came.
 	ReservationsDenied uint64
+	// ClusterLocal counts permits granted with a cluster slot enforced by
+	// this process only, because the cluster store was unavailable (fail
+	// open); ClusterErrors, requests failed because of it (fail closed).
+	ClusterLocal, ClusterErrors uint64
 }
 
 // Stats returns a snapshot of the Gate.
@@ -50,6 +54,7 @@ func (g *Gate) Stats() Stats {
 		TimedOut: g.totals.timedOut, Cancelled: g.totals.cancelled,
 		WaitTime: time.Duration(g.totals.waitTotal), HoldTime: time.Duration(g.totals.holdTotal),
 		Evicted: g.evicted, ReservationsDenied: g.resDenied,
+		ClusterLocal: g.clusterLocal, ClusterErrors: g.clusterErrors,
 	}
 }
 

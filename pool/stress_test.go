@@ -15,6 +15,11 @@ import (
 // checks at every grant that no tenant goes above its cap and the total stays
 // within capacity. At the end nothing may be in use or waiting.
 func TestStressInvariants(t *testing.T) {
+	t.Run("local", func(t *testing.T) { stress(t, nil) })
+	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster()) })
+}
+
+func stress(t *testing.T, mc *memCluster) {
 	var violations atomic.Int64
 	grantHook = func(g *Gate, tn *tenant) {
 		if tn.inUse >= tn.limit || g.used >= g.capacity {
@@ -48,6 +53,9 @@ func TestStressInvariants(t *testing.T) {
 		},
 		LookupTTL: time.Millisecond,
 	})
+	if mc != nil {
+		g.cluster = mc
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +120,18 @@ func TestStressInvariants(t *testing.T) {
 			g.reservedFree, g.reservedTotal, g.ring.cursor != nil, g.reserved.head != nil)
 	}
 	g.mu.Unlock()
+	if mc != nil {
+		if n := mc.outstanding(); n != 0 {
+			t.Errorf("%d cluster leases outstanding", n)
+		}
+		mc.mu.Lock()
+		for tenant, n := range mc.max {
+			if n > capacity {
+				t.Errorf("%s held %d cluster slots at once", tenant, n)
+			}
+		}
+		mc.mu.Unlock()
+	}
 	if s.Acquired == 0 || s.Rejected == 0 || s.TimedOut == 0 || s.Cancelled == 0 || s.Evicted == 0 {
 		t.Errorf("the run did not reach every path: %+v", s)
 	}

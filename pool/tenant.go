@@ -25,6 +25,8 @@ type tenant struct {
 	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, limit)
 	inUse     int // guarded by Gate.mu: permits granted and not released
 
+	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
+
 	wait *contention // guarded by Gate.mu: nil until the tenant first waits
 
 	idleList           uint8   // guarded by Gate.mu: which idle list holds the tenant, if any
@@ -47,21 +49,21 @@ type contention struct {
 	inRing, inRes      bool
 }
 
-// waiting is how many of the tenant's requests wait in either stage.
+// waiting is how many of the tenant's requests wait, at any stage.
 func (t *tenant) waiting() int {
 	if t.wait == nil {
-		return 0
+		return t.clusterPending
 	}
-	return t.wait.capQ.n + t.wait.globalQ.n
+	return t.wait.capQ.n + t.wait.globalQ.n + t.clusterPending
 }
 
 // held is how many tenant slots are taken: permits in use plus requests
-// waiting for global capacity.
+// waiting for a cluster slot or for global capacity.
 func (t *tenant) held() int {
 	if t.wait == nil {
-		return t.inUse
+		return t.inUse + t.clusterPending
 	}
-	return t.inUse + t.wait.globalQ.n
+	return t.inUse + t.wait.globalQ.n + t.clusterPending
 }
 
 func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 }

@@ -71,7 +71,13 @@ type TraceAcquireEndData struct {
 	// TenantWait is the time spent waiting for the tenant's own cap,
 	// GlobalWait the time spent waiting for global capacity after that.
 	TenantWait, GlobalWait time.Duration
-	Outcome                Outcome
+	// ClusterWait is the time spent taking a cluster-wide slot (a round trip
+	// at least), 0 without Config.Cluster. ClusterLocal reports that the
+	// cluster store was unavailable and the slot is enforced by this process
+	// only (fail open).
+	ClusterWait  time.Duration
+	ClusterLocal bool
+	Outcome      Outcome
 	// Err is the error returned to the caller, nil when Outcome is Acquired.
 	Err error
 }

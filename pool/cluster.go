@@ -1,0 +1,142 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ClusterLimiter keeps a tenant's cap across processes, where each process's
+// Gate only sees its own share (package pool/redislimit has one backed by
+// Redis). When Config.Cluster is set, a request that got one of its tenant's
+// local slots asks it for a cluster-wide slot before it takes any global
+// capacity, so waiting for the cluster holds no shared connection. It is
+// called outside any lock, from the acquiring goroutine.
+type ClusterLimiter interface {
+	// AcquireSlot takes one of tenant's cluster-wide slots, of which at most
+	// limit may be held at once across all processes. maxWait says how long
+	// to wait when none is free: 0 not at all, a negative value until ctx
+	// ends. When none is free in time it returns an error matching
+	// ErrOverLimit; when ctx ends, ctx's error. When the store behind it is
+	// unavailable it either returns an error (fail closed) or a lease whose
+	// Local reports true (fail open, the process's own limits only).
+	AcquireSlot(ctx context.Context, tenant string, limit int, maxWait time.Duration) (ClusterLease, error)
+}
+
+// ClusterLease is a cluster-wide slot. Release returns it; it may do I/O, and
+// is never called under the Gate's lock.
+type ClusterLease interface {
+	Release()
+	// Local reports that the slot is enforced by this process only, because
+	// the cluster store was unavailable when it was taken (fail open).
+	Local() bool
+}
+
+// clusterWait is how long a request of plan p may wait for a cluster slot:
+// the plan's queue policy applied across processes.
+func clusterWait(p *planState) time.Duration {
+	switch {
+	case p.MaxWaiting == 0:
+		return 0
+	case p.MaxWait > 0:
+		return p.MaxWait
+	default:
+		return -1
+	}
+}
+
+// clusterStep asks Config.Cluster for a cluster slot for w, which holds one of
+// its tenant's local slots (counted in clusterPending and Gate.waiting), then
+// takes global capacity as any request within its cap does.
+func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndData) (Permit, error) {
+	g.mu.Lock()
+	t := w.t
+	limit, maxWait := t.limit, clusterWait(t.plan)
+	start := g.nowLocked()
+	g.mu.Unlock()
+
+	var lease ClusterLease
+	err := ctx.Err()
+	if err == nil {
+		lease, err = g.cluster.AcquireSlot(ctx, t.id, limit, maxWait)
+	}
+
+	g.mu.Lock()
+	now := g.nowLocked()
+	w.clusterWait = now - start
+	d.ClusterWait = time.Duration(w.clusterWait)
+	t.clusterPending--
+	if err == nil && g.closed {
+		err = ErrClosed
+	}
+	if err != nil {
+		w.stage, w.granted = stageDone, now
+		g.waiting--
+		g.fillWaitsLocked(w, d)
+		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("pool: tenant %q: gave up waiting for a cluster slot after %v: %w",
+				t.id, time.Duration(now-w.enqueued).Round(time.Microsecond), ctx.Err())
+			if d.Outcome = ctxOutcome(ctx.Err()); d.Outcome == TimedOut {
+				t.timedOut++
+				g.totals.timedOut++
+			} else {
+				t.cancelled++
+				g.totals.cancelled++
+			}
+		case errors.Is(err, ErrOverLimit):
+			err = &OverLimitError{Tenant: t.id, Limit: limit, RetryAfter: g.retryAfterLocked(t),
+				Waited: time.Duration(now - w.enqueued)}
+			if maxWait == 0 {
+				d.Outcome = Rejected
+				t.rejected++
+				g.totals.rejected++
+			} else {
+				d.Outcome = TimedOut
+				t.timedOut++
+				g.totals.timedOut++
+			}
+		case errors.Is(err, ErrClosed):
+			d.Outcome = Failed
+		default:
+			d.Outcome = Failed
+			g.clusterErrors++
+			err = fmt.Errorf("pool: cluster slot for tenant %q: %w", t.id, err)
+		}
+		g.promoteLocked(t) // the tenant slot it held is free
+		if t.isIdle() {
+			g.markIdleLocked(t, now)
+		}
+		g.mu.Unlock()
+		releaseLease(lease) // only when the gate closed meanwhile
+		return Permit{}, err
+	}
+
+	if lease.Local() {
+		d.ClusterLocal = true
+		g.clusterLocal++
+	}
+	c := t.wait
+	if (c == nil || c.globalQ.n == 0) && g.grantableLocked(t) {
+		g.takeLocked(t)
+		p := g.newPermitLocked(t)
+		p.s.start, p.s.weight, p.s.lease = now, 1, lease
+		w.stage, w.granted = stageDone, now
+		g.waiting--
+		g.fillWaitsLocked(w, d)
+		g.mu.Unlock()
+		d.Outcome = Acquired
+		return p, nil
+	}
+	if c == nil {
+		c = &contention{}
+		t.wait = c
+	}
+	w.lease = lease
+	w.stage = stageGlobal
+	c.globalQ.pushBack(w)
+	g.fixLinesLocked(t)
+	g.mu.Unlock()
+	return g.wait(ctx, w, 0, d)
+}

@@ -1,0 +1,237 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memCluster is an in-process ClusterLimiter: the gate's side of the
+// protocol is tested against it here; pool/redislimit is tested against a
+// real Redis.
+type memCluster struct {
+	mu       sync.Mutex
+	held     map[string]int // guarded by mu
+	max      map[string]int // guarded by mu: most ever held at once
+	changed  chan struct{}  // guarded by mu: closed and replaced on every release
+	failWith error          // guarded by mu
+	local    bool           // guarded by mu
+	leases   int            // guarded by mu: outstanding
+}
+
+func newMemCluster() *memCluster {
+	return &memCluster{held: map[string]int{}, max: map[string]int{}, changed: make(chan struct{})}
+}
+
+type memLease struct {
+	c      *memCluster
+	tenant string
+	once   sync.Once
+	local  bool
+}
+
+func (l *memLease) Local() bool { return l.local }
+
+func (l *memLease) Release() {
+	l.once.Do(func() {
+		l.c.mu.Lock()
+		defer l.c.mu.Unlock()
+		l.c.leases--
+		if !l.local {
+			l.c.held[l.tenant]--
+			close(l.c.changed)
+			l.c.changed = make(chan struct{})
+		}
+	})
+}
+
+func (c *memCluster) AcquireSlot(ctx context.Context, tenant string, limit int, maxWait time.Duration) (ClusterLease, error) {
+	var timeout <-chan time.Time
+	if maxWait > 0 {
+		timer := time.NewTimer(maxWait)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	for {
+		c.mu.Lock()
+		if c.failWith != nil {
+			c.mu.Unlock()
+			return nil, c.failWith
+		}
+		if c.local {
+			c.leases++
+			c.mu.Unlock()
+			return &memLease{c: c, tenant: tenant, local: true}, nil
+		}
+		if c.held[tenant] < limit {
+			c.held[tenant]++
+			c.max[tenant] = max(c.max[tenant], c.held[tenant])
+			c.leases++
+			c.mu.Unlock()
+			return &memLease{c: c, tenant: tenant}, nil
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if maxWait == 0 {
+			return nil, ErrOverLimit
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return nil, ErrOverLimit
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *memCluster) outstanding() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leases
+}
+
+func TestClusterCapacityNotHeldWhileAsking(t *testing.T) {
+	// While slow's request waits for the cluster, the whole global capacity
+	// stays available to other tenants.
+	mc := newMemCluster()
+	g, _ := newTestGate(t, Config{Capacity: 2, Cluster: mc, Plans: map[string]Plan{"p": {MaxConns: 2, MaxWaiting: 1}}})
+	// Hold slow's cluster-wide slots from "another process".
+	mc.held["slow"] = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, "slow"); done <- err }()
+	for { // probe: slow waits for a cluster slot
+		if s, _ := g.TenantStats("slow"); s.Waiting == 1 {
+			break
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	a, b := acquire(t, g, "other"), acquire(t, g, "other")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	a.Release()
+	b.Release()
+	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+		t.Fatalf("Stats = %+v", s)
+	}
+}
+
+func TestClusterOutcomes(t *testing.T) {
+	mc := newMemCluster()
+	rec := &outcomeTracer{}
+	g, _ := newTestGate(t, Config{Capacity: 4, Cluster: mc, Tracer: rec,
+		Plans: map[string]Plan{"p": {MaxConns: 2}, "q": {MaxConns: 2, MaxWaiting: 2, MaxWait: 5 * time.Millisecond}}, DefaultPlan: "p",
+		Lookup: func(_ context.Context, id string) (Tenant, error) {
+			if id == "queued" {
+				return Tenant{Plan: "q"}, nil
+			}
+			return Tenant{}, nil
+		}})
+
+	mc.held["busy"] = 2 // its cluster slots are taken elsewhere
+	_, err := g.Acquire(context.Background(), "busy")
+	var ole *OverLimitError
+	if !errors.As(err, &ole) || ole.Limit != 2 || ole.Waited != 0 || rec.last.Outcome != Rejected {
+		t.Fatalf("reject plan: err = %v, outcome %v", err, rec.last.Outcome)
+	}
+	mc.held["queued"] = 2
+	_, err = g.Acquire(context.Background(), "queued")
+	if !errors.As(err, &ole) || rec.last.Outcome != TimedOut { // (the gate's clock is fake here)
+		t.Fatalf("queue plan: err = %v, outcome %v", err, rec.last.Outcome)
+	}
+
+	mc.mu.Lock()
+	mc.failWith = errors.New("redis: connection refused")
+	mc.mu.Unlock()
+	_, err = g.Acquire(context.Background(), "acme")
+	if err == nil || rec.last.Outcome != Failed || g.Stats().ClusterErrors != 1 {
+		t.Fatalf("fail closed: err = %v, outcome %v", err, rec.last.Outcome)
+	}
+
+	mc.mu.Lock()
+	mc.failWith, mc.local = nil, true
+	mc.mu.Unlock()
+	p := acquire(t, g, "acme")
+	if !rec.last.ClusterLocal || g.Stats().ClusterLocal != 1 {
+		t.Fatalf("fail open not visible: %+v %+v", rec.last, g.Stats())
+	}
+	p.Release()
+	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 || mc.outstanding() != 0 {
+		t.Fatalf("held after the outcomes: %+v, %d leases", s, mc.outstanding())
+	}
+}
+
+type outcomeTracer struct{ last TraceAcquireEndData }
+
+func (o *outcomeTracer) TraceAcquireStart(ctx context.Context, _ *Gate, _ TraceAcquireStartData) context.Context {
+	return ctx
+}
+func (o *outcomeTracer) TraceAcquireEnd(_ context.Context, _ *Gate, d TraceAcquireEndData) {
+	o.last = d
+}
+
+func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
+	mc := newMemCluster()
+	g, _ := newTestGate(t, Config{Capacity: 1, Cluster: mc, Plans: map[string]Plan{"p": {MaxConns: 1, MaxWaiting: 5}}})
+	// Released with the permit.
+	p := acquire(t, g, "a")
+	if mc.outstanding() != 1 {
+		t.Fatal("no lease with the permit")
+	}
+	// A waiter with its cluster slot, cancelled while it waits for global capacity.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
+	for mc.outstanding() != 2 || g.Stats().Waiting != 1 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if mc.outstanding() != 1 {
+		t.Fatalf("cancelled waiter kept its lease: %d outstanding", mc.outstanding())
+	}
+	// A waiter over its cap, promoted when a's permit is released: it takes
+	// a cluster slot then, and gets the permit.
+	go func() {
+		p, err := g.Acquire(context.Background(), "a")
+		if err == nil {
+			p.Release()
+		}
+		done <- err
+	}()
+	for g.Stats().Waiting != 1 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	p.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Waiters failed by Close give their leases back.
+	p = acquire(t, g, "a")
+	go func() { _, err := g.Acquire(context.Background(), "c"); done <- err }()
+	for mc.outstanding() != 2 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	g.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	p.Release()
+	if mc.outstanding() != 0 {
+		t.Fatalf("%d leases outstanding after everything ended", mc.outstanding())
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	for tenant, n := range mc.held {
+		if n != 0 {
+			t.Fatalf("%s still holds %d cluster slots", tenant, n)
+		}
+	}
+}

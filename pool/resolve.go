@@ -1,0 +1,70 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// resolveLocked finds or creates the state of tenant id, asking Lookup (outside
+// the lock) when one is configured. Called with g.mu held; returns with it held
+// on success and released on error. stale is the existing state whose Lookup
+// answer expired, or nil.
+func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*tenant, error) {
+	if stale == nil {
+		if err := validateID(id, g.cfg.MaxTenantIDLen); err != nil {
+			g.mu.Unlock()
+			return nil, err
+		}
+	}
+	var answer Tenant
+	if g.cfg.Lookup != nil {
+		if stale != nil {
+			stale.refreshing = true // others keep using the stale answer meanwhile
+		}
+		g.mu.Unlock()
+		var err error
+		answer, err = g.cfg.Lookup(ctx, id)
+		g.mu.Lock()
+		if stale != nil {
+			stale.refreshing = false
+		}
+		if err != nil {
+			g.mu.Unlock()
+			return nil, fmt.Errorf("pool: lookup tenant %q: %w", id, err)
+		}
+		if g.closed {
+			g.mu.Unlock()
+			return nil, ErrClosed
+		}
+	}
+	plan := g.defaultPlan
+	if answer.Plan != "" {
+		if plan = g.plans[answer.Plan]; plan == nil {
+			g.mu.Unlock()
+			return nil, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id)
+		}
+	}
+	if answer.MaxConns < 0 || answer.MaxConns > g.capacity {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
+			ErrInvalidConfig, id, answer.MaxConns, g.capacity)
+	}
+	now := g.nowLocked()
+	t := g.tenants[id] // it may have been created while the lock was released
+	if t == nil {
+		if len(g.tenants) >= g.cfg.MaxTenants && !g.makeRoomLocked(now) {
+			n := len(g.tenants)
+			g.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d tracked and all busy", ErrTooManyTenants, n)
+		}
+		t = &tenant{id: strings.Clone(id)} // do not pin the caller's buffer
+		g.tenants[t.id] = t
+		if len(g.tenants) > g.tenantsPeak {
+			g.tenantsPeak = len(g.tenants)
+		}
+	}
+	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
+	g.applyLimitLocked(t)
+	return t, nil
+}
