@@ -1,0 +1,24 @@
+# The two commands of the README: `make test` and `make demo`. `make images`
+# builds the test images where no container registry is reachable (CI).
+
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO ?= go
+# Packages to test; e.g. `make test PKGS=./tenantdb/tenantdbtest/...`.
+PKGS ?= ./...
+# Ryuk, testcontainers' reaper, needs an image from a registry: off unless
+# the caller says otherwise. The tests terminate their containers themselves.
+TESTCONTAINERS_RYUK_DISABLED ?= true
+export TESTCONTAINERS_RYUK_DISABLED
+
+.PHONY: test images demo
+
+test:
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+
+images:
+	testdata/build-images.sh
+
+demo:
+	$(GO) run ./bench/noisy

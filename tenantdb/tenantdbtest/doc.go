@@ -1,0 +1,58 @@
+// Package tenantdbtest starts the servers that tenantdb's tests need —
+// PostgreSQL, Redis and Jaeger — as containers with testcontainers-go, or
+// points at servers that already run.
+//
+// Each service has two entry points: StartX(t, ...) for tests, which fails
+// the test when the server cannot be had and terminates the container when
+// the test ends, and RunX(ctx, ...) for programs outside tests (the noisy
+// neighbour demo, say), which returns an error and leaves the container's
+// end to the caller's Terminate.
+//
+// # Images
+//
+// Each service picks its image from an environment variable; when it is
+// unset, a local image built by testdata/build-images.sh in the tenantdb
+// repository is preferred if the local Docker store has it, and the official
+// image is used otherwise (and pulled if needed):
+//
+//	TENANTDB_POSTGRES_IMAGE  default tenantdb/postgres:15, else postgres:15
+//	TENANTDB_REDIS_IMAGE     default tenantdb/redis:7, else redis:7
+//	TENANTDB_JAEGER_IMAGE    default tenantdb/jaeger:1.75.0, else jaegertracing/jaeger:2.12.0
+//
+// Both kinds of image behave the same for these helpers, so a machine with a
+// registry needs no preparation and one without needs only the local build.
+//
+// # Existing servers
+//
+// When one of these is set, the helper starts no container and returns the
+// server it names; Container is then nil and fault injection (Stop, Start,
+// Pause) returns ErrNoContainer:
+//
+//	TENANTDB_POSTGRES_DSN               postgres://user:pass@host:5432/db?sslmode=disable
+//	TENANTDB_REDIS_ADDR                 host:6379
+//	TENANTDB_JAEGER_QUERY_URL           http://host:16686 (required to use an existing Jaeger)
+//	TENANTDB_JAEGER_OTLP_GRPC_ENDPOINT  host:4317 (default: the query URL's host, port 4317)
+//	TENANTDB_JAEGER_OTLP_HTTP_ENDPOINT  host:4318 (default: the query URL's host, port 4318)
+//
+// # Ryuk
+//
+// testcontainers-go normally starts a reaper container (Ryuk) that removes
+// leftover containers when the test process dies. Its image must come from
+// a registry, which our CI does not have, so importing this package sets
+// TESTCONTAINERS_RYUK_DISABLED=true unless the variable is already set (set
+// it to false to keep Ryuk where it can be pulled). Every container started
+// here is terminated by t.Cleanup or by Terminate instead; a test process
+// killed before its cleanups run leaves its containers behind (they carry
+// the label org.testcontainers=true).
+package tenantdbtest
+
+import "os"
+
+func init() {
+	// Must happen before testcontainers-go reads its configuration, which
+	// it does once, lazily, on first use: package initialisation comes
+	// before any caller can start a container.
+	if _, ok := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !ok {
+		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+}

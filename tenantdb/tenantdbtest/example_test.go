@@ -1,0 +1,50 @@
+package tenantdbtest_test
+
+import (
+	"context"
+	"log"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// A program outside tests, like the noisy-neighbour demo, starts PostgreSQL
+// with RunPostgres and terminates it itself.
+func ExampleRunPostgres() {
+	ctx := context.Background()
+	pg, err := tenantdbtest.RunPostgres(ctx, tenantdbtest.WithMaxConnections(400))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pg.Terminate(context.Background())
+
+	cfg, err := pgxpool.ParseConfig(pg.DSN)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+}
+
+// In a test, StartPostgres fails the test when no server can be had and
+// removes the container when the test ends. Restart breaks every connection
+// and brings the server back at the same DSN.
+func ExampleStartPostgres() {
+	var t testing.TB // the test's *testing.T
+	pg := tenantdbtest.StartPostgres(t, tenantdbtest.WithInitScripts("testdata/schema.sql"))
+
+	pool, err := pgxpool.New(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

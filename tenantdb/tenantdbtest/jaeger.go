@@ -1,0 +1,208 @@
+package tenantdbtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+const (
+	localJaegerImage = "tenantdb/jaeger:1.75.0"
+	// Jaeger tags its releases in pairs: v2.12.0 is the image of the same
+	// source as the Go module version v1.75.0 that the local image builds.
+	officialJaegerImage   = "jaegertracing/jaeger:2.12.0"
+	jaegerImageEnv        = "TENANTDB_JAEGER_IMAGE"
+	jaegerQueryURLEnv     = "TENANTDB_JAEGER_QUERY_URL"
+	jaegerOTLPGRPCEnv     = "TENANTDB_JAEGER_OTLP_GRPC_ENDPOINT"
+	jaegerOTLPHTTPEnv     = "TENANTDB_JAEGER_OTLP_HTTP_ENDPOINT"
+	jaegerOTLPGRPCPort    = "4317/tcp"
+	jaegerOTLPHTTPPort    = "4318/tcp"
+	jaegerQueryPort       = "16686/tcp"
+	jaegerReadyLogMessage = "Everything is ready. Begin running and processing data."
+)
+
+// Jaeger is a Jaeger (v2) server with in-memory storage for tests: a
+// container started by StartJaeger or RunJaeger, or an existing server named
+// by TENANTDB_JAEGER_QUERY_URL.
+type Jaeger struct {
+	// OTLPGRPCEndpoint is host:port of the OTLP/gRPC receiver, for
+	// otlptracegrpc.WithEndpoint together with WithInsecure.
+	OTLPGRPCEndpoint string
+	// OTLPHTTPEndpoint is host:port of the OTLP/HTTP receiver, for
+	// otlptracehttp.WithEndpoint together with WithInsecure.
+	OTLPHTTPEndpoint string
+	// QueryURL is the query service, http://host:port: its HTTP API
+	// (QueryURL + "/api/traces?service=...") and, with the official image,
+	// the UI. The locally built image serves the API but only a placeholder
+	// page for the UI, whose assets are not part of the Go module.
+	QueryURL string
+	// Image is the image the container runs; empty for an existing server.
+	Image string
+	// Container is the running container; nil for an existing server.
+	Container *testcontainers.DockerContainer
+
+	term terminator
+}
+
+type jaegerConfig struct {
+	image          string
+	startupTimeout time.Duration
+}
+
+// JaegerOption configures StartJaeger and RunJaeger.
+type JaegerOption func(*jaegerConfig)
+
+// WithJaegerImage runs image instead of the one chosen from
+// TENANTDB_JAEGER_IMAGE or the defaults: a Jaeger v2 image whose
+// configuration binds OTLP (4317, 4318) and the query service (16686) to
+// all addresses, as the official one does.
+func WithJaegerImage(image string) JaegerOption {
+	return func(c *jaegerConfig) { c.image = image }
+}
+
+// WithJaegerStartupTimeout bounds how long starting waits for Jaeger to be
+// ready; the default is one minute.
+func WithJaegerStartupTimeout(d time.Duration) JaegerOption {
+	return func(c *jaegerConfig) { c.startupTimeout = d }
+}
+
+// StartJaeger returns a Jaeger server for t, started in a container that is
+// terminated when t ends, or the server TENANTDB_JAEGER_QUERY_URL names. It
+// fails t when neither can be had, never skips it.
+func StartJaeger(t testing.TB, opts ...JaegerOption) *Jaeger {
+	t.Helper()
+	if os.Getenv(jaegerQueryURLEnv) != "" {
+		j, err := existingJaeger()
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		return j
+	}
+	j, err := runJaeger(t.Context(), opts)
+	var c testcontainers.Container
+	if j != nil && j.Container != nil {
+		c = j.Container
+	}
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Logf("tenantdbtest: Jaeger (%s): OTLP gRPC %s, OTLP HTTP %s, query %s",
+		j.Image, j.OTLPGRPCEndpoint, j.OTLPHTTPEndpoint, j.QueryURL)
+	return j
+}
+
+// RunJaeger is StartJaeger for programs outside tests: ctx governs starting
+// the container only. The caller must call Terminate when done; on error no
+// container is left running.
+func RunJaeger(ctx context.Context, opts ...JaegerOption) (*Jaeger, error) {
+	if os.Getenv(jaegerQueryURLEnv) != "" {
+		return existingJaeger()
+	}
+	j, err := runJaeger(ctx, opts)
+	if err != nil {
+		if j != nil {
+			_ = testcontainers.TerminateContainer(j.Container)
+		}
+		return nil, err
+	}
+	return j, nil
+}
+
+// existingJaeger describes the server of TENANTDB_JAEGER_QUERY_URL; its
+// OTLP endpoints default to the standard ports on the same host.
+func existingJaeger() (*Jaeger, error) {
+	q := os.Getenv(jaegerQueryURLEnv)
+	u, err := url.Parse(q)
+	if err != nil || u.Hostname() == "" {
+		return nil, fmt.Errorf("tenantdbtest: %s=%q is not an http://host:port URL", jaegerQueryURLEnv, q)
+	}
+	j := &Jaeger{
+		QueryURL:         q,
+		OTLPGRPCEndpoint: os.Getenv(jaegerOTLPGRPCEnv),
+		OTLPHTTPEndpoint: os.Getenv(jaegerOTLPHTTPEnv),
+	}
+	if j.OTLPGRPCEndpoint == "" {
+		j.OTLPGRPCEndpoint = net.JoinHostPort(u.Hostname(), "4317")
+	}
+	if j.OTLPHTTPEndpoint == "" {
+		j.OTLPHTTPEndpoint = net.JoinHostPort(u.Hostname(), "4318")
+	}
+	return j, nil
+}
+
+func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
+	cfg := jaegerConfig{startupTimeout: time.Minute}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := connectDocker(ctx, "Jaeger", jaegerQueryURLEnv)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	image := cfg.image
+	if image == "" {
+		image = d.chooseImage(ctx, jaegerImageEnv, localJaegerImage, officialJaegerImage)
+	}
+
+	// Jaeger is not stopped and started by tests (its storage is in
+	// memory anyway), so ephemeral host ports will do, on loopback for a
+	// local daemon as with the other services. The local image has
+	// no shell, so the port wait's check inside the container cannot run:
+	// readiness is the collector's own "everything is ready" line, logged
+	// after every receiver has started, and an answer from the query API.
+	ctr, err := testcontainers.Run(ctx, image,
+		testcontainers.WithExposedPorts(jaegerOTLPGRPCPort, jaegerOTLPHTTPPort, jaegerQueryPort),
+		withHostPort(jaegerOTLPGRPCPort, d.bindIP, 0),
+		withHostPort(jaegerOTLPHTTPPort, d.bindIP, 0),
+		withHostPort(jaegerQueryPort, d.bindIP, 0),
+		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout,
+			wait.ForLog(jaegerReadyLogMessage),
+			wait.ForHTTP("/api/services").WithPort(jaegerQueryPort).WithStartupTimeout(cfg.startupTimeout),
+		),
+	)
+	j := &Jaeger{Image: image, Container: ctr}
+	if err != nil {
+		return j, fmt.Errorf("tenantdbtest: start Jaeger from %s: %w%s", image, err,
+			imageHint(image, officialJaegerImage, localJaegerImage, jaegerImageEnv))
+	}
+	endpoint := func(port string) (string, error) {
+		p, err := mappedHostPort(ctx, ctr, port)
+		if err != nil {
+			return "", fmt.Errorf("tenantdbtest: Jaeger port %s: %w", port, err)
+		}
+		return net.JoinHostPort(d.host, strconv.Itoa(p)), nil
+	}
+	if j.OTLPGRPCEndpoint, err = endpoint(jaegerOTLPGRPCPort); err != nil {
+		return j, err
+	}
+	if j.OTLPHTTPEndpoint, err = endpoint(jaegerOTLPHTTPPort); err != nil {
+		return j, err
+	}
+	query, err := endpoint(jaegerQueryPort)
+	if err != nil {
+		return j, err
+	}
+	j.QueryURL = "http://" + query
+	return j, nil
+}
+
+// Terminate stops and removes the container; ctx governs the Docker
+// requests. It does nothing for an existing server, and only the first call
+// does anything. StartJaeger arranges it through t.Cleanup; after RunJaeger
+// the caller must call it.
+func (j *Jaeger) Terminate(ctx context.Context) error {
+	if j == nil || j.Container == nil {
+		return nil
+	}
+	return j.term.do(ctx, j.Container, "Jaeger")
+}

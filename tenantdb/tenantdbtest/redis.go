@@ -1,0 +1,228 @@
+package tenantdbtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+const (
+	localRedisImage    = "tenantdb/redis:7"
+	officialRedisImage = "redis:7"
+	redisImageEnv      = "TENANTDB_REDIS_IMAGE"
+	redisAddrEnv       = "TENANTDB_REDIS_ADDR"
+	redisPort          = "6379/tcp"
+)
+
+// Redis is a Redis server for tests: a container started by StartRedis or
+// RunRedis, or an existing server named by TENANTDB_REDIS_ADDR.
+type Redis struct {
+	// Addr is the server's host:port, for redis.Options.Addr. The host
+	// port is fixed when the container is created, so Addr stays valid
+	// across Stop and Start.
+	Addr string
+	// Image is the image the container runs; empty for an existing server.
+	Image string
+	// Container is the running container; nil for an existing server.
+	Container *tcredis.RedisContainer
+
+	term terminator
+}
+
+type redisConfig struct {
+	image          string
+	args           []string
+	startupTimeout time.Duration
+}
+
+// RedisOption configures StartRedis and RunRedis.
+type RedisOption func(*redisConfig)
+
+// WithRedisImage runs image instead of the one chosen from
+// TENANTDB_REDIS_IMAGE or the defaults. Like the official redis image it
+// must take redis-server options as its command and contain redis-cli.
+func WithRedisImage(image string) RedisOption {
+	return func(c *redisConfig) { c.image = image }
+}
+
+// WithRedisArgs passes options to redis-server, like "--maxmemory", "10mb".
+func WithRedisArgs(args ...string) RedisOption {
+	return func(c *redisConfig) { c.args = append(c.args, args...) }
+}
+
+// WithRedisStartupTimeout bounds how long starting (and each Start after
+// Stop) waits for the server to answer PING; the default is one minute.
+func WithRedisStartupTimeout(d time.Duration) RedisOption {
+	return func(c *redisConfig) { c.startupTimeout = d }
+}
+
+// StartRedis returns a Redis server for t, started in a container that is
+// terminated when t ends, or the server TENANTDB_REDIS_ADDR names (the
+// options do not apply to it). It fails t when neither can be had, never
+// skips it.
+func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+	t.Helper()
+	if addr := os.Getenv(redisAddrEnv); addr != "" {
+		if len(opts) > 0 {
+			t.Logf("tenantdbtest: %s is set: using that server as it is, options are not applied", redisAddrEnv)
+		}
+		return &Redis{Addr: addr}
+	}
+	r, err := runRedis(t.Context(), opts)
+	var c testcontainers.Container
+	if r != nil && r.Container != nil {
+		c = r.Container
+	}
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Logf("tenantdbtest: Redis (%s) at %s", r.Image, r.Addr)
+	return r
+}
+
+// RunRedis is StartRedis for programs outside tests: ctx governs starting
+// the container only. The caller must call Terminate when done; on error no
+// container is left running.
+func RunRedis(ctx context.Context, opts ...RedisOption) (*Redis, error) {
+	if addr := os.Getenv(redisAddrEnv); addr != "" {
+		return &Redis{Addr: addr}, nil
+	}
+	r, err := runRedis(ctx, opts)
+	if err != nil {
+		if r != nil {
+			_ = testcontainers.TerminateContainer(r.Container)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
+	cfg := redisConfig{startupTimeout: time.Minute}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := connectDocker(ctx, "Redis", redisAddrEnv)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	image := cfg.image
+	if image == "" {
+		image = d.chooseImage(ctx, redisImageEnv, localRedisImage, officialRedisImage)
+	}
+
+	ctr, hostPort, err := runOnFreeHostPort(d, func(hostPort int) (*tcredis.RedisContainer, error) {
+		customizers := []testcontainers.ContainerCustomizer{
+			withHostPort(redisPort, d.bindIP, hostPort),
+			// Replaces the module's own wait (port, then the log line),
+			// which after a restart would be satisfied by the earlier
+			// run's log; redis-cli PING is answered PONG only once the
+			// data set is loaded.
+			testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout,
+				wait.ForLog("Ready to accept connections"),
+				wait.ForListeningPort(redisPort),
+				wait.ForExec([]string{"redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"}).
+					WithResponseMatcher(func(body io.Reader) bool {
+						b, _ := io.ReadAll(body)
+						return strings.Contains(string(b), "PONG")
+					}).
+					WithStartupTimeout(cfg.startupTimeout),
+			),
+		}
+		if len(cfg.args) > 0 {
+			// The image's command is "redis-server"; both images take
+			// options alone as "redis-server <options>".
+			customizers = append(customizers, testcontainers.WithCmd(append([]string{"redis-server"}, cfg.args...)...))
+		}
+		return tcredis.Run(ctx, image, customizers...)
+	})
+	r := &Redis{Image: image, Container: ctr}
+	if err != nil {
+		return r, fmt.Errorf("tenantdbtest: start Redis from %s: %w%s", image, err,
+			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
+	}
+	if mapped, err := mappedHostPort(ctx, ctr, redisPort); err == nil {
+		hostPort = mapped
+	}
+	r.Addr = net.JoinHostPort(d.host, strconv.Itoa(hostPort))
+	return r, nil
+}
+
+// Stop stops the container, keeping its host port; Redis saves its data
+// set on the way down (the default save points of both images), so keys
+// survive until Start. ctx governs the Docker request.
+func (r *Redis) Stop(ctx context.Context) error {
+	if r.Container == nil {
+		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
+	}
+	if err := r.Container.Stop(ctx, nil); err != nil {
+		return fmt.Errorf("tenantdbtest: stop Redis: %w", err)
+	}
+	return nil
+}
+
+// Start starts a stopped container again and waits until it answers PING at
+// the same Addr; ctx governs the start and the wait.
+func (r *Redis) Start(ctx context.Context) error {
+	if r.Container == nil {
+		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
+	}
+	if err := r.Container.Start(ctx); err != nil {
+		return fmt.Errorf("tenantdbtest: start Redis again: %w", err)
+	}
+	return nil
+}
+
+// Restart is Stop followed by Start.
+func (r *Redis) Restart(ctx context.Context) error {
+	if err := r.Stop(ctx); err != nil {
+		return err
+	}
+	return r.Start(ctx)
+}
+
+// Pause freezes the server: connections stay open but get no answers until
+// Unpause.
+func (r *Redis) Pause(ctx context.Context) error {
+	if r.Container == nil {
+		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
+	}
+	if err := setPaused(ctx, r.Container, true); err != nil {
+		return fmt.Errorf("tenantdbtest: pause Redis: %w", err)
+	}
+	return nil
+}
+
+// Unpause lets a paused server go on.
+func (r *Redis) Unpause(ctx context.Context) error {
+	if r.Container == nil {
+		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
+	}
+	if err := setPaused(ctx, r.Container, false); err != nil {
+		return fmt.Errorf("tenantdbtest: unpause Redis: %w", err)
+	}
+	return nil
+}
+
+// Terminate stops and removes the container; ctx governs the Docker
+// requests. It does nothing for an existing server, and only the first call
+// does anything. StartRedis arranges it through t.Cleanup; after RunRedis
+// the caller must call it.
+func (r *Redis) Terminate(ctx context.Context) error {
+	if r == nil || r.Container == nil {
+		return nil
+	}
+	return r.term.do(ctx, r.Container, "Redis")
+}
