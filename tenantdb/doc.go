@@ -1,0 +1,27 @@
+// Package tenantdb gives every tenant of a multi-tenant service its own
+// bulkhead over one shared PostgreSQL connection pool.
+//
+// A [Pool] wraps a [pgxpool.Pool] and has its method set (Exec, Query,
+// QueryRow, Begin, SendBatch, CopyFrom, Acquire, ...), so code written against
+// pgxpool, or against an interface of those methods such as sqlc's DBTX, moves
+// over by putting the tenant in the context:
+//
+//	ctx = tenantdb.WithTenant(ctx, "acme")
+//	rows, err := p.Query(ctx, "select ...")
+//
+// Each call first takes one of the tenant's own slots (its plan's MaxConns),
+// then a connection from the shared pool, so a tenant's slow queries can hold
+// at most its share of the connections and a tenant waiting for its own cap
+// holds none of them. Over its cap a request is rejected at once with an
+// [*OverLimitError] (a handler turns it into HTTP 429 with [WriteOverLimit]), or
+// waits in a small bounded queue, as its plan says. The shared pool's MaxConns
+// stays the global limit; when it is exhausted, tenants are served in weighted
+// round-robin order and plans may reserve connections. The admission itself is
+// package [github.com/tenantdb/tenantdb/pool].
+//
+// A slot is held exactly as long as the connection is: until Exec returns,
+// until Rows are closed or read to the end, until a Row is scanned, until a
+// Tx commits or rolls back, until BatchResults are closed, until a Conn is
+// released. Every path releases it, including errors, cancelled contexts,
+// broken connections and panics in AcquireFunc callbacks.
+package tenantdb

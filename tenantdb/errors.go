@@ -1,0 +1,17 @@
+package tenantdb
+
+import "github.com/tenantdb/tenantdb/pool"
+
+var (
+	// ErrOverLimit is matched by every *OverLimitError: the tenant was at its
+	// cap and its queue was full, or it waited its plan's MaxWait.
+	ErrOverLimit = pool.ErrOverLimit
+
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = pool.ErrClosed
+)
+
+// OverLimitError reports a request refused because its tenant is at its cap.
+// Its Tenant, Limit and RetryAfter fields say who, at what cap and when to come
+// back; WriteOverLimit turns it into HTTP 429 with Retry-After.
+type OverLimitError = pool.OverLimitError

@@ -1,0 +1,62 @@
+package tenantdb_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// An HTTP handler puts the tenant from its authentication into the context,
+// and turns an over-limit error into 429 Too Many Requests with Retry-After.
+func Example_httpHandler() {
+	pgxCfg, _ := pgxpool.ParseConfig("postgres://app@127.0.0.1:5432/app") // connects lazily
+	pgxCfg.MaxConns = 20
+	p, err := tenantdb.New(context.Background(), pgxCfg, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{
+			"free":       {MaxConns: 2},
+			"standard":   {MaxConns: 10, MaxWaiting: 5, MaxWait: 100 * time.Millisecond},
+			"enterprise": {MaxConns: 10, Weight: 5, ReservedConns: 4},
+		},
+		DefaultPlan: "free",
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := tenantdb.WithTenant(r.Context(), r.Header.Get("X-Tenant")) // from your auth
+		var n int
+		if err := p.QueryRow(ctx, "select count(*) from orders").Scan(&n); err != nil {
+			if tenantdb.WriteOverLimit(w, err) {
+				return // 429 with Retry-After
+			}
+			http.Error(w, "database error", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, n)
+	})
+
+	// acme is on the free plan: hold both its connections, then ask for a third.
+	ctx := tenantdb.WithTenant(context.Background(), "acme")
+	held := []func(){}
+	for range 2 {
+		permit, _ := p.Gate().Acquire(ctx, "acme")
+		held = append(held, permit.Release)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/orders", nil)
+	req.Header.Set("X-Tenant", "acme")
+	handler.ServeHTTP(rec, req)
+	fmt.Println(rec.Code, rec.Header().Get("Retry-After"))
+	for _, release := range held {
+		release()
+	}
+	// Output: 429 1
+}

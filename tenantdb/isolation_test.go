@@ -1,0 +1,270 @@
+package tenantdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// The seed's experiment, scaled down: a noisy tenant floods with slow
+// queries, a quiet tenant sends fast ones spread over a short window.
+const (
+	noisyQueries = 40
+	noisySleep   = 250 * time.Millisecond
+	quietQueries = 12
+	quietSleep   = 30 * time.Millisecond
+	quietSpread  = 300 * time.Millisecond
+	sharedConns  = 20
+	perTenantCap = 10
+)
+
+// execer is what both a raw pgxpool and a tenantdb.Pool offer.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func sleepSQL(tenant string) string {
+	return fmt.Sprintf("select pg_sleep($1::float8) /* tenant=%s */", tenant)
+}
+
+// timed runs one query as tenant and returns how long it took.
+func timed(db execer, tenant string, sleep time.Duration) (time.Duration, error) {
+	start := time.Now()
+	_, err := db.Exec(tenantdb.WithTenant(context.Background(), tenant), sleepSQL(tenant), sleep.Seconds())
+	return time.Since(start), err
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// unloadedMedian is the quiet tenant's median with nobody else around.
+func unloadedMedian(t *testing.T, db execer) time.Duration {
+	t.Helper()
+	var ds []time.Duration
+	for range quietQueries {
+		d, err := timed(db, "quiet", quietSleep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	return median(ds)
+}
+
+type floodResult struct {
+	quiet          []time.Duration
+	noisyOK        int
+	noisyRejected  []time.Duration // how long each rejection took
+	noisyServed    []time.Duration
+	maxNoisyActive int
+}
+
+// flood runs the noisy burst and the quiet trickle at once, sampling
+// pg_stat_activity for the noisy tenant's active backends meanwhile.
+func flood(t *testing.T, db execer) floodResult {
+	t.Helper()
+	sampler := startActivitySampler(t, "noisy")
+	var r floodResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range noisyQueries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			d, err := timed(db, "noisy", noisySleep)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				r.noisyOK++
+				r.noisyServed = append(r.noisyServed, d)
+			case errors.Is(err, tenantdb.ErrOverLimit):
+				r.noisyRejected = append(r.noisyRejected, d)
+			default:
+				t.Errorf("noisy: %v", err)
+			}
+		}()
+	}
+	close(start)
+	// Let the burst take its connections, then trickle the quiet queries.
+	eventually(t, "the noisy burst is running", func() bool { return sampler.current() > 0 })
+	for i := range quietQueries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := timed(db, "quiet", quietSleep)
+			if err != nil {
+				t.Errorf("quiet: %v", err)
+				return
+			}
+			mu.Lock()
+			r.quiet = append(r.quiet, d)
+			mu.Unlock()
+		}()
+		if i < quietQueries-1 {
+			time.Sleep(quietSpread / quietQueries) // the arrival schedule, not synchronisation
+		}
+	}
+	wg.Wait()
+	r.maxNoisyActive = sampler.stop()
+	return r
+}
+
+// activitySampler polls pg_stat_activity on a connection of its own.
+type activitySampler struct {
+	stopc chan struct{}
+	done  chan struct{}
+	max   atomic.Int64
+	now   atomic.Int64
+}
+
+func startActivitySampler(t *testing.T, tenant string) *activitySampler {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &activitySampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	pattern := "%tenant=" + tenant + " %"
+	go func() {
+		defer close(s.done)
+		defer conn.Close(context.Background())
+		for {
+			var n int64
+			err := conn.QueryRow(context.Background(),
+				`select count(*) from pg_stat_activity where state = 'active' and query like $1 and pid <> pg_backend_pid()`,
+				pattern).Scan(&n)
+			if err != nil {
+				t.Errorf("sampler: %v", err)
+				return
+			}
+			s.now.Store(n)
+			if n > s.max.Load() {
+				s.max.Store(n)
+			}
+			select {
+			case <-s.stopc:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *activitySampler) current() int { return int(s.now.Load()) }
+
+func (s *activitySampler) stop() int {
+	close(s.stopc)
+	<-s.done
+	return int(s.max.Load())
+}
+
+// warm opens every connection of a pool up front, so that connection set-up
+// is not mistaken for queueing.
+func warmConfig(t *testing.T) *pgxpool.Config {
+	cfg := pgxConfig(t, sharedPG, sharedConns)
+	cfg.MinConns = sharedConns
+	return cfg
+}
+
+func waitWarm(t *testing.T, stat func() *pgxpool.Stat) {
+	t.Helper()
+	eventually(t, "every connection is open", func() bool { return stat().TotalConns() == sharedConns })
+}
+
+func TestSlowQueryIsolation(t *testing.T) {
+	// Behind a raw pgxpool the quiet tenant queues behind the noisy burst.
+	raw, err := pgxpool.NewWithConfig(context.Background(), warmConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	waitWarm(t, raw.Stat)
+	rawUnloaded := unloadedMedian(t, raw)
+	rawRun := flood(t, raw)
+	rawRatio := float64(median(rawRun.quiet)) / float64(rawUnloaded)
+	raw.Close()
+
+	// Behind tenantdb, with 10 per tenant and a queue large enough for the burst.
+	p, err := tenantdb.New(context.Background(), warmConfig(t), tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"standard": {MaxConns: perTenantCap, MaxWaiting: noisyQueries}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitWarm(t, p.Pgxpool().Stat)
+	unloaded := unloadedMedian(t, p)
+	run := flood(t, p)
+	ratio := float64(median(run.quiet)) / float64(unloaded)
+
+	t.Logf("quiet median: unloaded %v; raw pgxpool %v (%.1fx); tenantdb %v (%.2fx); noisy backends at most: raw %d, tenantdb %d",
+		rawUnloaded, median(rawRun.quiet), rawRatio, median(run.quiet), ratio, rawRun.maxNoisyActive, run.maxNoisyActive)
+	if rawRatio < 4 {
+		t.Errorf("behind a raw pgxpool the quiet median is only %.1fx its unloaded value: the experiment does not load the pool", rawRatio)
+	}
+	if rawRun.maxNoisyActive <= perTenantCap {
+		t.Errorf("the sampler saw at most %d noisy backends behind a raw pool: it cannot tell a cap from no cap", rawRun.maxNoisyActive)
+	}
+	if ratio > 1.5 {
+		t.Errorf("behind tenantdb the quiet median is %.2fx its unloaded value, want at most 1.5x", ratio)
+	}
+	if run.maxNoisyActive > perTenantCap {
+		t.Errorf("noisy had %d active backends, above its cap of %d", run.maxNoisyActive, perTenantCap)
+	}
+	if run.noisyOK != noisyQueries {
+		t.Errorf("noisy completed %d of %d in queue mode", run.noisyOK, noisyQueries)
+	}
+	assertNothingHeld(t, p)
+}
+
+func TestRejectModeServesTheCapAndRejectsTheRestAtOnce(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), warmConfig(t), tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"interactive": {MaxConns: perTenantCap}}, // MaxWaiting 0: reject
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitWarm(t, p.Pgxpool().Stat)
+	unloaded := unloadedMedian(t, p)
+	run := flood(t, p)
+
+	if run.noisyOK != perTenantCap || len(run.noisyRejected) != noisyQueries-perTenantCap {
+		t.Fatalf("noisy: %d served, %d rejected; want %d and %d",
+			run.noisyOK, len(run.noisyRejected), perTenantCap, noisyQueries-perTenantCap)
+	}
+	slowestReject := slices.Max(run.noisyRejected)
+	if servedMedian := median(run.noisyServed); slowestReject > servedMedian/10 {
+		t.Errorf("slowest rejection took %v, not fast next to a served query (%v)", slowestReject, servedMedian)
+	}
+	ratio := float64(median(run.quiet)) / float64(unloaded)
+	t.Logf("rejections took at most %v; quiet median %v vs unloaded %v (%.2fx)", slowestReject, median(run.quiet), unloaded, ratio)
+	if ratio > 1.5 {
+		t.Errorf("quiet median is %.2fx its unloaded value while noisy was rejected, want at most 1.5x", ratio)
+	}
+	if run.maxNoisyActive > perTenantCap {
+		t.Errorf("noisy had %d active backends, above its cap of %d", run.maxNoisyActive, perTenantCap)
+	}
+	if s := p.TenantStat("noisy"); s.Rejected != noisyQueries-perTenantCap || s.Acquired != perTenantCap {
+		t.Errorf("noisy stats = %+v", s)
+	}
+	assertNothingHeld(t, p)
+}

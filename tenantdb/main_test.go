@@ -1,0 +1,100 @@
+package tenantdb_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// sharedPG is one PostgreSQL container for the tests that do not stop it.
+var sharedPG *tenantdbtest.Postgres
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	pg, err := tenantdbtest.RunPostgres(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sharedPG = pg
+	code := m.Run()
+	if err := pg.Terminate(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		// The Docker client keeps idle HTTP connections to the engine.
+		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newPool builds a tenantdb.Pool on pg with maxConns shared connections.
+func newPool(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32, cfg tenantdb.Config) *tenantdb.Pool {
+	t.Helper()
+	pcfg := pgxConfig(t, pg, maxConns)
+	p, err := tenantdb.New(context.Background(), pcfg, cfg)
+	if err != nil {
+		t.Fatalf("tenantdb.New: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func pgxConfig(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32) *pgxpool.Config {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = maxConns
+	return pcfg
+}
+
+func rawPool(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.NewWithConfig(context.Background(), pgxConfig(t, pg, maxConns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func as(tenant string) context.Context { return tenantdb.WithTenant(context.Background(), tenant) }
+
+// assertNothingHeld checks that no tenant slot and no shared connection is in use.
+func assertNothingHeld(t testing.TB, p *tenantdb.Pool) {
+	t.Helper()
+	s := p.Stat()
+	if s.Tenants.InUse != 0 || s.Tenants.Waiting != 0 {
+		t.Fatalf("held after the test: %d tenant slots in use, %d waiting", s.Tenants.InUse, s.Tenants.Waiting)
+	}
+	// pgxpool destroys broken connections in the background.
+	eventually(t, "no shared connection is acquired", func() bool { return p.Stat().AcquiredConns() == 0 })
+}
+
+// eventually polls a probe until it holds.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

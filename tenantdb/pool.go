@@ -1,0 +1,191 @@
+package tenantdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// Pool is a pgxpool.Pool behind per-tenant bulkheads. It is safe for
+// concurrent use. Every method that uses a connection takes the tenant from
+// its context (WithTenant) and fails with ErrNoTenant without one.
+type Pool struct {
+	pg   *pgxpool.Pool
+	gate *pool.Gate
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	swept     sync.WaitGroup
+}
+
+// New creates the shared pgxpool from pgxCfg and puts tenant bulkheads in
+// front of it, limited globally by pgxCfg.MaxConns. A Config that cannot work
+// with that limit (a plan's cap or reservation above it, an unknown default
+// plan, negative numbers) is an error wrapping pool.ErrInvalidConfig, and
+// nothing is started. ctx is used only to create the pgxpool, as in
+// pgxpool.NewWithConfig; it connects lazily unless pgxCfg.MinConns is set.
+func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error) {
+	if pgxCfg == nil {
+		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
+	}
+	gate, err := pool.New(cfg.gateConfig(int(pgxCfg.MaxConns)))
+	if err != nil {
+		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
+	}
+	pgxCfg = pgxCfg.Copy()
+	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
+		if own := pgxCfg.ConnConfig.Tracer; own != nil {
+			pgxCfg.ConnConfig.Tracer = multitracer.New(own, qt)
+		} else {
+			pgxCfg.ConnConfig.Tracer = qt
+		}
+	}
+	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
+	if err != nil {
+		gate.Close()
+		return nil, fmt.Errorf("tenantdb: %w", err)
+	}
+	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{})}
+	idleTTL := cfg.IdleTTL
+	if idleTTL <= 0 {
+		idleTTL = 5 * time.Minute
+	}
+	p.swept.Add(1)
+	go p.sweepIdle(max(idleTTL/2, time.Millisecond))
+	return p, nil
+}
+
+// sweepIdle evicts idle tenants in the background, so that their state goes
+// even when no further requests come to sweep it lazily.
+func (p *Pool) sweepIdle(every time.Duration) {
+	defer p.swept.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+			p.gate.EvictIdle()
+		}
+	}
+}
+
+// Close fails waiting requests with ErrClosed, stops the idle sweep and closes
+// the pgxpool, which waits for acquired connections to be released. It is
+// safe to call more than once.
+func (p *Pool) Close() {
+	p.closeOnce.Do(func() {
+		p.gate.Close()
+		close(p.stop)
+		p.swept.Wait()
+		p.pg.Close()
+	})
+}
+
+// admit takes a slot for the tenant in ctx.
+func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
+	id, ok := TenantFrom(ctx)
+	if !ok {
+		return pool.Permit{}, ErrNoTenant
+	}
+	permit, err := p.gate.Acquire(ctx, id)
+	if err != nil && errors.Is(err, pool.ErrInvalidTenant) {
+		return pool.Permit{}, fmt.Errorf("%w: %w", ErrNoTenant, err)
+	}
+	return permit, err
+}
+
+// Acquire takes a slot for the tenant in ctx and a connection from the shared
+// pool. ctx governs both waits. The Conn holds both until its Release.
+func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.pg.Acquire(ctx)
+	if err != nil {
+		permit.Release()
+		return nil, err
+	}
+	return newConn(c, permit), nil
+}
+
+// AcquireFunc acquires a Conn, calls f with it and releases it when f returns
+// or panics. As with pgxpool, ctx governs the acquire, not f.
+func (p *Pool) AcquireFunc(ctx context.Context, f func(*Conn) error) error {
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return f(c)
+}
+
+// Ping acquires a connection for the tenant in ctx and pings the server. For
+// a health check that should not count against any tenant, use
+// Pgxpool().Ping.
+func (p *Pool) Ping(ctx context.Context) error {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return err
+	}
+	defer permit.Release()
+	return p.pg.Ping(ctx)
+}
+
+// Pgxpool returns the shared pgxpool. Calls made on it directly bypass the
+// tenant bulkheads (they still count against MaxConns): it is for health
+// checks, migrations and what tenantdb does not wrap.
+func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
+
+// Gate returns the admission gate, for stats and runtime changes.
+func (p *Pool) Gate() *pool.Gate { return p.gate }
+
+// Config returns a copy of the pgxpool's configuration.
+func (p *Pool) Config() *pgxpool.Config { return p.pg.Config() }
+
+// Reset closes every connection in the shared pool, as pgxpool.Pool.Reset.
+func (p *Pool) Reset() { p.pg.Reset() }
+
+// SetTenantLimit overrides a tenant's cap at runtime; 0 removes the override.
+// See pool.Gate.SetTenantLimit.
+func (p *Pool) SetTenantLimit(tenantID string, n int) error {
+	return p.gate.SetTenantLimit(tenantID, n)
+}
+
+// SetPlan adds or changes a plan at runtime. See pool.Gate.SetPlan.
+func (p *Pool) SetPlan(name string, plan Plan) error { return p.gate.SetPlan(name, plan) }
+
+// InvalidateTenant drops a tenant's cached Lookup answer.
+func (p *Pool) InvalidateTenant(tenantID string) { p.gate.InvalidateTenant(tenantID) }
+
+// Stat is the shared pgxpool's statistics plus the tenant gate's totals.
+type Stat struct {
+	*pgxpool.Stat
+	// Tenants are the gate's totals: connections in use and waiting across
+	// tenants, tenants tracked, admissions by outcome.
+	Tenants pool.Stats
+}
+
+// Stat returns a snapshot of the pool and the tenant gate.
+func (p *Pool) Stat() *Stat { return &Stat{Stat: p.pg.Stat(), Tenants: p.gate.Stats()} }
+
+// TenantStat is a snapshot of one tenant.
+type TenantStat = pool.TenantStats
+
+// TenantStat returns a snapshot of tenantID: its limit, connections in use
+// and waiting, admissions by outcome, and wait and hold times. A tenant that
+// is not tracked (never seen, or evicted as idle) has zero values.
+func (p *Pool) TenantStat(tenantID string) TenantStat {
+	s, _ := p.gate.TenantStats(tenantID)
+	return s
+}

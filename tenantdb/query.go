@@ -1,0 +1,146 @@
+package tenantdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// Exec runs sql for the tenant in ctx, holding its slot until Exec returns.
+// ctx governs the tenant wait, the wait for a connection and the query.
+func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer permit.Release()
+	return p.pg.Exec(ctx, sql, args...)
+}
+
+// Query runs sql for the tenant in ctx. The tenant's slot is held, with the
+// connection, until the rows are closed or read to the end.
+func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return errRows{err}, err
+	}
+	rows, err := p.pg.Query(ctx, sql, args...)
+	if err != nil {
+		permit.Release() // pgxpool has released the connection
+		return rows, err
+	}
+	return &tenantRows{Rows: rows, permit: permit}, nil
+}
+
+// tenantRows returns the slot when pgxpool returns the connection: on Close,
+// or when Next reports the end.
+type tenantRows struct {
+	pgx.Rows
+	permit pool.Permit
+}
+
+func (r *tenantRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.permit.Release()
+	return false
+}
+
+func (r *tenantRows) Close() {
+	r.Rows.Close()
+	r.permit.Release()
+}
+
+// QueryRow runs sql for the tenant in ctx. The slot is held until Scan.
+func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return errRow{err}
+	}
+	return &tenantRow{row: p.pg.QueryRow(ctx, sql, args...), permit: permit}
+}
+
+type tenantRow struct {
+	row    pgx.Row
+	permit pool.Permit
+}
+
+func (r *tenantRow) Scan(dest ...any) error {
+	defer r.permit.Release()
+	return r.row.Scan(dest...)
+}
+
+// SendBatch sends b for the tenant in ctx. The slot is held, with the
+// connection, until the results are closed; or, when the batch begins a
+// transaction (pgx.Batch.BeginTx), until that transaction is committed or
+// rolled back.
+func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	br := p.pg.SendBatch(ctx, b)
+	if tx := br.Tx(); tx != nil {
+		return &tenantBatchResults{BatchResults: br, tx: &tenantTx{Tx: tx, permit: permit}}
+	}
+	return &tenantBatchResults{BatchResults: br, permit: permit}
+}
+
+type tenantBatchResults struct {
+	pgx.BatchResults
+	permit pool.Permit // zero when tx owns it
+	tx     *tenantTx
+}
+
+func (b *tenantBatchResults) Close() error {
+	err := b.BatchResults.Close()
+	b.permit.Release()
+	if b.tx != nil && b.tx.Conn() == nil {
+		// The batch never got a connection (pgxpool failed to acquire one):
+		// its transaction holds nothing, so neither does the tenant.
+		b.tx.permit.Release()
+	}
+	return err
+}
+
+func (b *tenantBatchResults) Tx() pgx.Tx {
+	if b.tx == nil {
+		return nil
+	}
+	return b.tx
+}
+
+// CopyFrom copies rows into tableName for the tenant in ctx, holding its slot
+// until it returns.
+func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer permit.Release()
+	return p.pg.CopyFrom(ctx, tableName, columnNames, rowSrc)
+}
+
+// errRows and errRow carry an admission error the way
+// pgxpool's own do for an acquire error.
+type errRows struct{ err error }
+
+func (errRows) Close()                                       {}
+func (e errRows) Err() error                                 { return e.err }
+func (errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (errRows) Next() bool                                   { return false }
+func (e errRows) Scan(...any) error                          { return e.err }
+func (e errRows) Values() ([]any, error)                     { return nil, e.err }
+func (e errRows) RawValues() [][]byte                        { return nil }
+func (e errRows) Conn() *pgx.Conn                            { return nil }
+func (e errRows) TypeMap() *pgtype.Map                       { return nil }
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
