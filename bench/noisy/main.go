@@ -1,0 +1,132 @@
+// Command noisy reproduces the noisy-neighbour experiment of the guide tenantdb
+// grew from, on a real PostgreSQL: a noisy tenant sends 200 queries of 1 s at
+// once while a quiet tenant sends 50 queries of 20 ms spread over a second.
+// It runs them behind a raw shared pgxpool, behind tenantdb (queueing,
+// rejecting, and oversubscribed plans where the fair gate decides) and behind
+// PgBouncer, and writes a table and a chart of what each tenant saw.
+//
+//	go run ./bench/noisy                 # starts PostgreSQL in Docker
+//	go run ./bench/noisy -scale 0.25     # four times faster
+//	go run ./bench/noisy -dsn postgres://... -json -out bench/results
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.dsn, "dsn", "", "PostgreSQL to use (default: start one in Docker with tenantdbtest)")
+	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = the guide's 1 s and 20 ms queries; 0.25 is four times faster")
+	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
+	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
+	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("noisy: ")
+	if opts.scale <= 0 || opts.scale > 10 {
+		log.Fatalf("-scale %v: want a number in (0, 10]", opts.scale)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type options struct {
+	dsn, out, only string
+	scale                float64
+	json                 bool
+}
+
+func run(ctx context.Context, opts options) error {
+	pg := &tenantdbtest.Postgres{DSN: opts.dsn}
+	if opts.dsn == "" {
+		progress("starting PostgreSQL in Docker (tenantdbtest; -dsn uses an existing server)")
+		var err error
+		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		pg, err = tenantdbtest.RunPostgres(startCtx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer pg.Terminate(context.Background())
+	}
+	env, err := newEnvironment(ctx, pg, opts)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+
+	var results []result
+	for _, sc := range scenarios {
+		if !opts.selected(sc.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rs, err := sc.run(ctx, env, sc.name)
+		if err != nil {
+			if skip, ok := err.(skipError); ok {
+				progress("%s: skipped: %s", sc.name, skip.why)
+				continue
+			}
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		results = append(results, rs...)
+	}
+
+	if opts.json {
+		enc := json.NewEncoder(os.Stdout)
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+	} else {
+		fmt.Print(markdownTable(results, opts.scale))
+		fmt.Print(targets(results, opts.scale))
+	}
+	if opts.out != "" {
+		if err := writeReport(opts.out, results, opts.scale); err != nil {
+			return err
+		}
+		progress("report written to %s", opts.out)
+	}
+	return nil
+}
+
+func (o options) selected(name string) bool {
+	if o.only == "" {
+		return true
+	}
+	for _, s := range strings.Split(o.only, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// progress prints a status line on stderr, so stdout stays the report.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "noisy: "+format+"\n", args...)
+}
+
+// skipError is a scenario that cannot run here, with the reason.
+type skipError struct{ why string }
+
+func (s skipError) Error() string { return "skipped: " + s.why }

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// markdownTable is the guide's table: per scenario and tenant, latency
+// percentiles, what completed and was rejected, and the makespan.
+func markdownTable(rs []result, scale float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nNoisy tenant: 200 queries of %s at once; quiet tenant: 50 queries of %s spread over %s (scale %g).\n\n",
+		fmtDur(1000*scale), fmtDur(20*scale), fmtDur(1000*scale), scale)
+	b.WriteString("| scenario | tenant | p50 | p99 | max | completed | rejected | makespan |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		if strings.HasPrefix(r.Tenant, "select-1") {
+			continue
+		}
+		rejected := fmt.Sprint(r.Rejected)
+		if r.Rejected > 0 {
+			rejected += fmt.Sprintf(" (each in ≤ %s)", fmtDur(r.MaxReject))
+		}
+		if r.Errors > 0 {
+			rejected += fmt.Sprintf(", %d errors: %s", r.Errors, r.FirstError)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %s |\n",
+			r.Scenario, r.Tenant, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.Completed, rejected, fmtDur(r.Makespan))
+	}
+	for _, r := range rs {
+		if r.Tenant == "select-1-direct" {
+			for _, p := range rs {
+				if p.Scenario == r.Scenario && p.Tenant == "select-1-pgbouncer" {
+					fmt.Fprintf(&b, "\nThe extra hop: `select 1` takes %.3f ms direct and %.3f ms through PgBouncer (median of %d, simple protocol).\n",
+						r.P50, p.P50, r.Completed)
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+func fmtDur(ms float64) string {
+	switch {
+	case ms == 0:
+		return "–"
+	case ms < 1:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1f ms", ms)
+	default:
+		return fmt.Sprintf("%s ms", commas(int64(ms+0.5)))
+	}
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func find(rs []result, scenario, tenant string) (result, bool) {
+	for _, r := range rs {
+		if r.Scenario == scenario && r.Tenant == tenant {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
+// targets checks the run against the goals the project set itself, with
+// ratios measured in this run.
+func targets(rs []result, scale float64) string {
+	var b strings.Builder
+	b.WriteString("\nTargets (ratios against the quiet tenant's unloaded latency measured just before each flood):\n\n")
+	check := func(ok bool, format string, args ...any) {
+		mark := "met"
+		if !ok {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(&b, "- %s: %s\n", mark, fmt.Sprintf(format, args...))
+	}
+	for _, sc := range []string{"queue", "reject"} {
+		q, ok1 := find(rs, sc, "quiet")
+		u, ok2 := find(rs, sc, "quiet-unloaded")
+		if !ok1 || !ok2 || u.P50 == 0 {
+			continue
+		}
+		check(q.P50 <= 1.05*u.P50, "%s: quiet p50 %.2fx unloaded (target ≤ 1.05x)", sc, q.P50/u.P50)
+		check(q.P99 <= 1.2*u.P99, "%s: quiet p99 %.2fx unloaded (target ≤ 1.2x)", sc, q.P99/u.P99)
+	}
+	if q, ok := find(rs, "shared", "quiet"); ok {
+		fmt.Fprintf(&b, "- shared: quiet p50 %s (the guide: 9,558 ms at scale 1)\n", fmtDur(q.P50))
+	}
+	if n, ok := find(rs, "queue", "noisy"); ok {
+		ideal := 200 * 1000 * scale / perTenantCap
+		check(n.Completed == 200 && n.Makespan <= 1.1*ideal,
+			"queue: noisy completed %d/200 in %s, %.3fx the ideal %s (target all, ≤ 1.1x)", n.Completed, fmtDur(n.Makespan), n.Makespan/ideal, fmtDur(ideal))
+	}
+	if n, ok := find(rs, "reject", "noisy"); ok {
+		check(n.Completed == perTenantCap && n.Rejected == 200-perTenantCap && n.MaxReject <= 5,
+			"reject: %d served, %d rejected, slowest rejection %s (target 10, 190, ≤ 5 ms)", n.Completed, n.Rejected, fmtDur(n.MaxReject))
+	}
+	if f, ok := find(rs, "fair", "noisy"); ok {
+		if q, ok := find(rs, "queue", "noisy"); ok {
+			fmt.Fprintf(&b, "- fair: noisy's makespan %s against %s with a fixed cap of 10 (it uses capacity the quiet tenant leaves idle)\n",
+				fmtDur(f.Makespan), fmtDur(q.Makespan))
+		}
+		fq, _ := find(rs, "fair", "quiet")
+		nq, _ := find(rs, "fair-noreserve", "quiet")
+		fmt.Fprintf(&b, "- fair: quiet p50 %s / max %s with its reservation of 4; %s / %s without it\n",
+			fmtDur(fq.P50), fmtDur(fq.Max), fmtDur(nq.P50), fmtDur(nq.Max))
+	}
+	return b.String()
+}
+
+// writeReport writes the table (noisy.md), the rows (results.json) and a
+// chart of the quiet tenant's p50 per scenario (quiet_p50.png) to dir.
+func writeReport(dir string, rs []result, scale float64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scaleFlag(scale) + " -out " + dir + "`.\n" +
+		markdownTable(rs, scale) + targets(rs, scale) + "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
+	if err := os.WriteFile(filepath.Join(dir, "noisy.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return chart(filepath.Join(dir, "quiet_p50.png"), rs, scale)
+}
+
+func scaleFlag(scale float64) string {
+	if scale == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" -scale %g", scale)
+}
+
+// chart draws the quiet tenant's p50 per scenario, unloaded next to loaded,
+// on a log scale: the shared pool's seconds and the bulkheads' milliseconds
+// do not fit one linear axis.
+func chart(path string, rs []result, scale float64) error {
+	var names []string
+	var loaded, unloaded plotter.Values
+	for _, r := range rs {
+		if r.Tenant != "quiet" {
+			continue
+		}
+		u, _ := find(rs, r.Scenario, "quiet-unloaded")
+		names = append(names, r.Scenario)
+		loaded = append(loaded, max(r.P50, 0.1))
+		unloaded = append(unloaded, max(u.P50, 0.1))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Quiet tenant p50 while a noisy tenant floods (scale %g)", scale)
+	p.Y.Label.Text = "p50 latency (ms, log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	// Bars start at zero, which a log axis cannot show: each bar stands on
+	// an undrawn base just below the smallest value, and is that much shorter.
+	floor := min(slicesMin(loaded), slicesMin(unloaded)) / 2
+	bars := func(vs plotter.Values, c color.Color, offset vg.Length) (*plotter.BarChart, error) {
+		base := make(plotter.Values, len(vs))
+		above := make(plotter.Values, len(vs))
+		for i, v := range vs {
+			base[i], above[i] = floor, v-floor
+		}
+		w := vg.Points(18)
+		under, err := plotter.NewBarChart(base, w)
+		if err != nil {
+			return nil, err
+		}
+		bc, err := plotter.NewBarChart(above, w)
+		if err != nil {
+			return nil, err
+		}
+		under.Offset = offset * w
+		bc.StackOn(under)
+		bc.Color = c
+		return bc, nil
+	}
+	bu, err := bars(unloaded, color.Gray{Y: 170}, -0.5)
+	if err != nil {
+		return err
+	}
+	bl, err := bars(loaded, plotutil.Color(0), 0.5)
+	if err != nil {
+		return err
+	}
+	p.Add(bu, bl)
+	for _, s := range []struct {
+		vs     plotter.Values
+		offset float64
+	}{{unloaded, -0.5}, {loaded, 0.5}} {
+		xys := plotter.XYLabels{XYs: make(plotter.XYs, len(s.vs)), Labels: make([]string, len(s.vs))}
+		for i, v := range s.vs {
+			xys.XYs[i] = plotter.XY{X: float64(i), Y: v * 1.15}
+			xys.Labels[i] = fmtDur(v)
+		}
+		labels, err := plotter.NewLabels(xys)
+		if err != nil {
+			return err
+		}
+		for i := range labels.TextStyle {
+			labels.TextStyle[i].Font.Size = vg.Points(7)
+		}
+		labels.Offset.X = vg.Points(18*s.offset) - vg.Points(9)
+		p.Add(labels)
+	}
+	p.Legend.Add("quiet alone", bu)
+	p.Legend.Add("during the flood", bl)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(10)
+	p.NominalX(names...)
+	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
+
+func slicesMin(vs plotter.Values) float64 {
+	m := vs[0]
+	for _, v := range vs {
+		m = min(m, v)
+	}
+	return m
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+const (
+	sharedConns  = 20 // the guide's shared limit
+	perTenantCap = 10 // the guide's per-tenant limit
+)
+
+type scenario struct {
+	name, about string
+	run         func(ctx context.Context, env *environment, name string) ([]result, error)
+}
+
+// scenarios run in this order; their names are what -scenarios selects.
+var scenarios = []scenario{
+	{"shared", "raw pgxpool, MaxConns 20: the shared limit alone", runShared},
+	{"queue", "tenantdb, 10 per tenant, a queue large enough for the burst", runTenantdb(plansQueue)},
+	{"reject", "tenantdb, 10 per tenant, excess rejected", runTenantdb(plansReject)},
+	{"fair", "tenantdb, oversubscribed plans: noisy may take all 20, quiet's plan weighs 4x and reserves 4", runTenantdb(plansFair(4))},
+	{"fair-noreserve", "as fair, without the reservation", runTenantdb(plansFair(0))},
+	{"pgbouncer", "PgBouncer, one database user per tenant, max_user_connections=10, max_db_connections=20", runPgBouncer},
+}
+
+func scenarioNames() []string {
+	var names []string
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// environment is what every scenario shares.
+type environment struct {
+	pg     *tenantdbtest.Postgres
+	work   workload
+	close func()
+}
+
+func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
+	env := &environment{pg: pg, work: newWorkload(opts.scale), close: func() {}}
+	return env, nil
+}
+
+// pgxConfig is the shared pool every scenario but pgbouncer uses: 20
+// connections, all opened before the run so that connecting is not
+// mistaken for waiting.
+func (env *environment) pgxConfig(dsn string, conns int32) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns, cfg.MinConns = conns, conns
+	return cfg, nil
+}
+
+// warm waits until a pool has all its connections open, then runs the
+// quiet tenant's query once on every one of them at the same time, so that
+// the first query of a backend (catalog caches, pgx's statement preparation,
+// pgxpool's ping of an idle connection) is not mistaken for waiting.
+func warm(ctx context.Context, p *pgxpool.Pool, w workload) error {
+	want := p.Config().MinConns
+	for p.Stat().TotalConns() < want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range want {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	errs := make(chan error, len(conns))
+	for _, c := range conns {
+		go func() {
+			_, err := c.Exec(ctx, sleepSQL("quiet", w.quietSleep))
+			errs <- err
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			return fmt.Errorf("warming up: %w", err)
+		}
+	}
+	return nil
+}
+
+// measure runs the quiet tenant alone, then the flood, and returns the rows.
+func (env *environment) measure(ctx context.Context, name string, q queryFunc) []result {
+	progress("%s: quiet tenant alone (its unloaded latency)", name)
+	alone := env.work.quietAlone(ctx, q)
+	progress("%s: noisy %d x %v at once, quiet %d x %v over %v", name,
+		env.work.noisyN, env.work.noisySleep, env.work.quietN, env.work.quietSleep, env.work.quietSpread)
+	noisy, quiet := env.work.flood(ctx, name, q)
+	return []result{noisy.result(name, "noisy"), quiet.result(name, "quiet"), alone.result(name, "quiet-unloaded")}
+}
+
+func runShared(ctx context.Context, env *environment, name string) ([]result, error) {
+	cfg, err := env.pgxConfig(env.pg.DSN, sharedConns)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if err := warm(ctx, p, env.work); err != nil {
+		return nil, err
+	}
+	return env.measure(ctx, name, func(ctx context.Context, tenant string, d time.Duration) error {
+		_, err := p.Exec(ctx, sleepSQL(tenant, d))
+		return err
+	}), nil
+}
+
+func plansQueue(w workload) tenantdb.Config {
+	return tenantdb.Config{Plans: map[string]tenantdb.Plan{
+		"standard": {MaxConns: perTenantCap, MaxWaiting: w.noisyN},
+	}}
+}
+
+func plansReject(workload) tenantdb.Config {
+	return tenantdb.Config{Plans: map[string]tenantdb.Plan{
+		"interactive": {MaxConns: perTenantCap}, // MaxWaiting 0: reject over the cap
+	}}
+}
+
+// plansFair oversubscribes: each plan may take the whole pool, so what the
+// tenants get is decided by the fair gate (weights) and the reservation.
+func plansFair(reserved int) func(workload) tenantdb.Config {
+	return func(w workload) tenantdb.Config {
+		return tenantdb.Config{
+			Plans: map[string]tenantdb.Plan{
+				"bulk":       {MaxConns: sharedConns, MaxWaiting: w.noisyN, Weight: 1},
+				"enterprise": {MaxConns: sharedConns, MaxWaiting: w.quietN, Weight: 4, ReservedConns: reserved},
+			},
+			DefaultPlan: "bulk",
+			Lookup: func(_ context.Context, id string) (tenantdb.Tenant, error) {
+				if id == "quiet" {
+					return tenantdb.Tenant{Plan: "enterprise"}, nil
+				}
+				return tenantdb.Tenant{}, nil
+			},
+		}
+	}
+}
+
+func runTenantdb(plans func(workload) tenantdb.Config) func(context.Context, *environment, string) ([]result, error) {
+	return func(ctx context.Context, env *environment, name string) ([]result, error) {
+		cfg, err := env.pgxConfig(env.pg.DSN, sharedConns)
+		if err != nil {
+			return nil, err
+		}
+		tcfg := plans(env.work)
+		p, err := tenantdb.New(ctx, cfg, tcfg)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		if err := warm(ctx, p.Pgxpool(), env.work); err != nil {
+			return nil, err
+		}
+		rows := env.measure(ctx, name, func(ctx context.Context, tenant string, d time.Duration) error {
+			_, err := p.Exec(tenantdb.WithTenant(ctx, tenant), sleepSQL(tenant, d))
+			return err
+		})
+		if s := p.Stat().Tenants; s.InUse != 0 || s.Waiting != 0 {
+			return nil, fmt.Errorf("after the run %d slots are in use and %d waiting", s.InUse, s.Waiting)
+		}
+		return rows, nil
+	}
+}
