@@ -47,8 +47,8 @@ func main() {
 
 type options struct {
 	dsn, out, only string
-	scale                float64
-	json                 bool
+	scale          float64
+	json           bool
 }
 
 func run(ctx context.Context, opts options) error {

@@ -41,8 +41,8 @@ func scenarioNames() []string {
 
 // environment is what every scenario shares.
 type environment struct {
-	pg     *tenantdbtest.Postgres
-	work   workload
+	pg    *tenantdbtest.Postgres
+	work  workload
 	close func()
 }
 
