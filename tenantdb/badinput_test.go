@@ -38,7 +38,7 @@ func everyCall(p *tenantdb.Pool, ctx context.Context) map[string]error {
 	errs["SendBatch"] = p.SendBatch(ctx, b).Close()
 	_, errs["CopyFrom"] = p.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"n"}, pgx.CopyFromRows(nil))
 	_, errs["Acquire"] = p.Acquire(ctx)
-	errs["AcquireFunc"] = p.AcquireFunc(ctx, func(*tenantdb.Conn) error { return nil })
+	errs["AcquireFunc"] = p.AcquireFunc(ctx, func(tenantdb.Conn) error { return nil })
 	errs["Ping"] = p.Ping(ctx)
 	return errs
 }

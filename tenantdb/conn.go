@@ -2,7 +2,6 @@ package tenantdb
 
 import (
 	"context"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,91 +11,73 @@ import (
 )
 
 // Conn is a connection acquired for a tenant. It holds the tenant's slot and
-// the shared connection until Release. Like pgxpool.Conn, it is for one
-// goroutine at a time.
+// the shared connection until Release. It is a small value, so that Acquire
+// allocates nothing: copies refer to the same connection, and releasing any
+// of them releases it once. Like pgxpool.Conn, it is for one goroutine at a
+// time, and must not be used after Release.
 type Conn struct {
 	c      *pgxpool.Conn
 	permit pool.Permit
 }
 
-// conns hands out Conns carved from slabs, as pgxpool does with its own:
-// they are never reused, so Release stays idempotent, and Acquire makes no
-// allocation of its own on average.
-var conns = sync.Pool{New: func() any { return new(connSlab) }}
-
-type connSlab struct{ free []Conn }
-
-func newConn(c *pgxpool.Conn, permit pool.Permit) *Conn {
-	s := conns.Get().(*connSlab)
-	if len(s.free) == 0 {
-		s.free = make([]Conn, 64)
-	}
-	conn := &s.free[0]
-	s.free = s.free[1:]
-	conns.Put(s)
-	conn.c, conn.permit = c, permit
-	return conn
-}
-
 // Release returns the connection to the shared pool and the slot to the
-// tenant. Only the first call has an effect. A connection that broke is
-// closed by pgxpool, and the slot is returned all the same.
-func (c *Conn) Release() {
+// tenant. Only the first call (on any copy) has an effect: pgxpool's Conns
+// are never reused and permits carry a generation. A connection that broke
+// is closed by pgxpool, and the slot is returned all the same.
+func (c Conn) Release() {
 	if c.c == nil {
 		return
 	}
 	c.c.Release()
-	c.c = nil
 	c.permit.Release()
 }
 
 // Hijack takes the connection out of the shared pool; the caller must close
 // it. The tenant's slot is returned at once, since the pool no longer counts
 // the connection.
-func (c *Conn) Hijack() *pgx.Conn {
-	conn := c.c.Hijack()
-	c.c = nil
+func (c Conn) Hijack() *pgx.Conn {
+	conn := c.c.Hijack() // a later Release of c is then a no-op for pgxpool
 	c.permit.Release()
 	return conn
 }
 
 // Exec runs sql on the connection.
-func (c *Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (c Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return c.c.Exec(ctx, sql, args...)
 }
 
 // Query runs sql on the connection. The rows do not hold a slot of their own:
 // the Conn does.
-func (c *Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (c Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return c.c.Query(ctx, sql, args...)
 }
 
 // QueryRow runs sql on the connection.
-func (c *Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return c.c.QueryRow(ctx, sql, args...)
 }
 
 // SendBatch sends b on the connection.
-func (c *Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+func (c Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return c.c.SendBatch(ctx, b)
 }
 
 // CopyFrom copies rows into tableName on the connection.
-func (c *Conn) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+func (c Conn) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
 	return c.c.CopyFrom(ctx, tableName, columnNames, rowSrc)
 }
 
 // Begin starts a transaction on the connection; it ends with the Conn's
 // Release at the latest.
-func (c *Conn) Begin(ctx context.Context) (pgx.Tx, error) { return c.c.Begin(ctx) }
+func (c Conn) Begin(ctx context.Context) (pgx.Tx, error) { return c.c.Begin(ctx) }
 
 // BeginTx starts a transaction with txOptions on the connection.
-func (c *Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
+func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
 	return c.c.BeginTx(ctx, txOptions)
 }
 
 // Ping checks the connection.
-func (c *Conn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
+func (c Conn) Ping(ctx context.Context) error { return c.c.Ping(ctx) }
 
 // Conn returns the underlying *pgx.Conn.
-func (c *Conn) Conn() *pgx.Conn { return c.c.Conn() }
+func (c Conn) Conn() *pgx.Conn { return c.c.Conn() }

@@ -178,7 +178,7 @@ func TestCancellationStormLeavesNothingHeld(t *testing.T) {
 					return err
 				})
 			case 3:
-				err = p.AcquireFunc(ctx, func(c *tenantdb.Conn) error {
+				err = p.AcquireFunc(ctx, func(c tenantdb.Conn) error {
 					_, err := c.Exec(ctx, "select pg_sleep(0.01)")
 					return err
 				})

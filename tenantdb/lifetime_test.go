@@ -141,7 +141,7 @@ func TestSlotLifetimes(t *testing.T) {
 	t.Run("AcquireFunc panics", func(t *testing.T) {
 		func() {
 			defer func() { recover() }()
-			_ = p.AcquireFunc(ctx, func(c *tenantdb.Conn) error {
+			_ = p.AcquireFunc(ctx, func(c tenantdb.Conn) error {
 				if _, err := c.Exec(ctx, "select 1"); err != nil {
 					return err
 				}

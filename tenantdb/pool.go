@@ -106,22 +106,22 @@ func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
 
 // Acquire takes a slot for the tenant in ctx and a connection from the shared
 // pool. ctx governs both waits. The Conn holds both until its Release.
-func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 	permit, err := p.admit(ctx)
 	if err != nil {
-		return nil, err
+		return Conn{}, err
 	}
 	c, err := p.pg.Acquire(ctx)
 	if err != nil {
 		permit.Release()
-		return nil, err
+		return Conn{}, err
 	}
-	return newConn(c, permit), nil
+	return Conn{c: c, permit: permit}, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns
 // or panics. As with pgxpool, ctx governs the acquire, not f.
-func (p *Pool) AcquireFunc(ctx context.Context, f func(*Conn) error) error {
+func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 	c, err := p.Acquire(ctx)
 	if err != nil {
 		return err
