@@ -49,8 +49,11 @@ func (l *idleList) remove(t *tenant) {
 }
 
 // markIdleLocked records that t went idle; now is a fresh clock reading, or 0
-// when none is at hand.
+// when none is at hand. A tenant already on an idle list stays where it is.
 func (g *Gate) markIdleLocked(t *tenant, now int64) {
+	if t.idleList != notIdle {
+		return
+	}
 	if now != 0 {
 		t.idleSince, t.idleList = now, inIdle
 		g.idle.pushBack(t)

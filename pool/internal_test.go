@@ -246,3 +246,28 @@ func TestGrantRacingCancellationManyTimes(t *testing.T) {
 	}
 	t.Logf("granted %d, cancelled %d", got, cancelled)
 }
+
+func TestCloseKeepsIdleListsIntact(t *testing.T) {
+	// A tenant that once waited (so has contention state) and is idle at
+	// Close must not be put on an idle list twice.
+	g, clock := newTestGate(t, Config{Capacity: 1, IdleTTL: time.Minute, Plans: map[string]Plan{"p": {MaxConns: 1, MaxWaiting: 1}}})
+	held := acquire(t, g, "a")
+	done := make(chan Permit, 1)
+	go func() { p, _ := g.Acquire(context.Background(), "b"); done <- p }()
+	for g.Stats().Waiting != 1 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	held.Release()
+	(<-done).Release() // b waited once, and is idle now
+	g.Close()
+	g.EvictIdle() // stamps both
+	clock.advance(time.Hour)
+	if n := g.EvictIdle(); n != 2 || g.Stats().Tenants != 0 {
+		t.Fatalf("evicted %d, %d tenants left; want both evicted", n, g.Stats().Tenants)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.idle.n != 0 || g.fresh.n != 0 || g.idle.head != nil || g.fresh.head != nil {
+		t.Fatalf("idle lists corrupted: idle %d fresh %d", g.idle.n, g.fresh.n)
+	}
+}
