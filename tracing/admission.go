@@ -1,0 +1,152 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// AcquireSpanName is the name of admission spans.
+const AcquireSpanName = "tenantdb.acquire"
+
+// admission is the state of one traced acquire. It is the context
+// TraceAcquireStart returns, which the Gate hands back to TraceAcquireEnd
+// and, for a granted permit, to TraceRelease: embedding the caller's context
+// instead of wrapping it with context.WithValue saves an allocation, and the
+// hooks find it with a type assertion instead of a Value walk.
+type admission struct {
+	context.Context            // the caller's
+	span            trace.Span // nil when the acquire is not traced
+	// leak is set by TraceAcquireEnd when the permit was granted and leak
+	// detection is on; read by TraceRelease, which the Gate calls only after
+	// Acquire (and so TraceAcquireEnd) has returned.
+	leak *leakWatch
+}
+
+type admissionKey struct{}
+
+// Value makes the admission findable under other tracers' wrappers.
+func (a *admission) Value(key any) any {
+	if key == (admissionKey{}) {
+		return a
+	}
+	return a.Context.Value(key)
+}
+
+func admissionFrom(ctx context.Context) *admission {
+	if a, ok := ctx.(*admission); ok {
+		return a
+	}
+	if ctx == nil {
+		return nil
+	}
+	a, _ := ctx.Value(admissionKey{}).(*admission)
+	return a
+}
+
+// maxTenantAttrLen bounds the tenant ID put on a span at the start, before
+// the Gate has validated it.
+const maxTenantAttrLen = 256
+
+// TraceAcquireStart starts the admission span when ctx's span is recording
+// (or WithRootSpans is set). When neither a span nor leak detection needs
+// state, it returns ctx as it is and allocates nothing.
+func (t *Tracer) TraceAcquireStart(ctx context.Context, g *pool.Gate, data pool.TraceAcquireStartData) context.Context {
+	id := data.Tenant
+	if len(id) > maxTenantAttrLen {
+		id = id[:maxTenantAttrLen]
+	}
+	_, span := t.startSpan(ctx, AcquireSpanName, trace.SpanKindInternal, TenantKey.String(id))
+	if span == nil && t.cfg.leakThreshold == 0 {
+		return ctx
+	}
+	return &admission{Context: ctx, span: span}
+}
+
+// TraceAcquireEnd records the admission's metrics, ends its span with what
+// the Gate measured and, for a granted permit under leak detection, starts
+// watching it.
+func (t *Tracer) TraceAcquireEnd(ctx context.Context, g *pool.Gate, d pool.TraceAcquireEndData) {
+	t.recordAcquire(ctx, d)
+	a := admissionFrom(ctx)
+	if a == nil {
+		return
+	}
+	if a.span != nil {
+		endAcquireSpan(a.span, d)
+	}
+	if d.Outcome == pool.Acquired && t.cfg.leakThreshold > 0 {
+		a.leak = t.watch(a.Context, d)
+	}
+}
+
+// TraceRelease records the permit's use time and, under leak detection,
+// stops watching it, reporting its return if it had been reported as leaked.
+func (t *Tracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceReleaseData) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	hold := d.Hold.Seconds()
+	t.connUse.Record(ctx, hold, t.poolRec...)
+	t.tenantUse.Record(ctx, hold, t.labels.forTenant(d.Tenant, d.Plan).rec...)
+	if a := admissionFrom(ctx); a != nil && a.leak != nil {
+		a.leak.release(d)
+	}
+}
+
+func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) {
+	if d.Outcome == pool.Failed {
+		// The tenant may be invalid and its plan is unknown: nothing to
+		// label it with, and a flood of bad IDs must not reach the labels.
+		return
+	}
+	wait := (d.TenantWait + d.GlobalWait).Seconds()
+	s := t.labels.forTenant(d.Tenant, d.Plan)
+	t.tenantWait.Record(ctx, wait, s.recByOutc[d.Outcome]...)
+	switch d.Outcome {
+	case pool.Acquired:
+		t.connWait.Record(ctx, wait, t.poolRec...)
+	case pool.Rejected:
+		t.tenantRejections.Add(ctx, 1, s.addByOutc[d.Outcome]...)
+	case pool.TimedOut:
+		t.connTimeouts.Add(ctx, 1, t.poolAdd...)
+		t.tenantRejections.Add(ctx, 1, s.addByOutc[d.Outcome]...)
+	}
+}
+
+func endAcquireSpan(span trace.Span, d pool.TraceAcquireEndData) {
+	// One SetAttributes call: the SDK grows and deduplicates the span's
+	// attributes on each.
+	attrs := make([]attribute.KeyValue, 0, 12)
+	if d.Plan != "" { // empty when the request failed before the tenant was resolved
+		attrs = append(attrs, PlanKey.String(d.Plan), LimitKey.Int(d.Limit), InUseKey.Int(d.InUse))
+	}
+	attrs = append(attrs,
+		QueuePositionKey.Int(d.Position),
+		TenantWaitKey.Float64(d.TenantWait.Seconds()),
+		GlobalWaitKey.Float64(d.GlobalWait.Seconds()),
+		OutcomeKey.String(d.Outcome.String()),
+	)
+	if d.ClusterWait > 0 || d.ClusterLocal {
+		attrs = append(attrs, ClusterWaitKey.Float64(d.ClusterWait.Seconds()), ClusterLocalKey.Bool(d.ClusterLocal))
+	}
+	if d.Err != nil {
+		var over *pool.OverLimitError
+		if errors.As(d.Err, &over) {
+			attrs = append(attrs, RetryAfterKey.Float64(over.RetryAfter.Seconds()))
+		}
+		attrs = append(attrs, semconv.ErrorTypeKey.String(d.Outcome.String()))
+	}
+	span.SetAttributes(attrs...)
+	if d.Err != nil {
+		span.RecordError(d.Err)
+		span.SetStatus(codes.Error, d.Err.Error())
+	}
+	span.End()
+}

@@ -1,0 +1,50 @@
+package tracing
+
+import "go.opentelemetry.io/otel/attribute"
+
+// ScopeName is the instrumentation scope of the Tracer's spans and metrics:
+// the package's import path, as the OpenTelemetry guidelines ask.
+const ScopeName = "github.com/tenantdb/tenantdb/tracing"
+
+// Attribute keys the Tracer sets beside the semantic-convention ones. They
+// are exported so that queries, views and tests need not repeat the strings.
+// Durations are float64 seconds.
+const (
+	// TenantKey is the tenant: on admission, query and leak spans; on metrics
+	// it is the tenant or "other", depending on the Cardinality.
+	TenantKey = attribute.Key("tenantdb.tenant.id")
+	// PlanKey is the tenant's plan: on admission spans, and on metrics
+	// labelled ByPlan.
+	PlanKey = attribute.Key("tenantdb.tenant.plan")
+	// LimitKey is the tenant's cap when the request arrived.
+	LimitKey = attribute.Key("tenantdb.tenant.limit")
+	// InUseKey is what the tenant held when the request arrived.
+	InUseKey = attribute.Key("tenantdb.tenant.in_use")
+	// QueuePositionKey is the request's place in line on arrival: 0 when it
+	// was served without waiting, n when n-1 of the tenant's requests were
+	// ahead of it.
+	QueuePositionKey = attribute.Key("tenantdb.queue.position")
+	// TenantWaitKey is the time spent waiting under the tenant's own cap.
+	TenantWaitKey = attribute.Key("tenantdb.wait.tenant_seconds")
+	// GlobalWaitKey is the time spent waiting for global capacity after that.
+	GlobalWaitKey = attribute.Key("tenantdb.wait.global_seconds")
+	// ClusterWaitKey is the time spent taking a cluster-wide slot
+	// (tenantdb.Config.Cluster); set only when a cluster limiter is in use.
+	ClusterWaitKey = attribute.Key("tenantdb.wait.cluster_seconds")
+	// ClusterLocalKey is true when the cluster store was unavailable and the
+	// slot was granted on this process's limits alone (fail open).
+	ClusterLocalKey = attribute.Key("tenantdb.cluster.local")
+	// OutcomeKey is how the admission ended: acquired, rejected, timed_out,
+	// cancelled or failed (pool.Outcome's String).
+	OutcomeKey = attribute.Key("tenantdb.outcome")
+	// RetryAfterKey is the rejection's retry estimate (OverLimitError.RetryAfter).
+	RetryAfterKey = attribute.Key("tenantdb.retry_after_seconds")
+	// HoldKey is how long a permit has been held, on leak events.
+	HoldKey = attribute.Key("tenantdb.hold_seconds")
+	// LeakThresholdKey is the leak-detection threshold, on leak events.
+	LeakThresholdKey = attribute.Key("tenantdb.leak.threshold_seconds")
+)
+
+// OtherTenants is the tenant label of series that aggregate every tenant
+// without a label of its own (see Cardinality).
+const OtherTenants = "other"

@@ -1,0 +1,290 @@
+package tracing
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// Cardinality is how per-tenant metrics label tenants, chosen with ByTenant,
+// ByPlan or TopTenants. Each has a bound on the series an instrument can
+// have, however many distinct tenant IDs arrive: a label is either a tenant
+// within the bound, a plan, or "other" ([OtherTenants]).
+//
+// Two kinds of instrument behave differently. The gauges (in use, waiting,
+// limit) are observed at each collection from the Gate's stats, and a series
+// not observed in a collection is not exported. The counters and histograms
+// (rejections, wait and use time, leaks) are recorded as things happen and,
+// being cumulative, export every series they ever had for the life of the
+// MeterProvider; so a tenant label, once used there, is used for good, and
+// their bound is over the Tracer's life.
+type Cardinality struct {
+	by    labelBy
+	n     int // TopTenants: tenants labelled in one collection's gauges
+	limit int // ByTenant, TopTenants: tenants ever labelled in counters and histograms
+}
+
+type labelBy uint8
+
+const (
+	byTopTenants labelBy = iota // the zero Cardinality is TopTenants(10, 100)
+	byTenant
+	byPlan
+)
+
+const (
+	defaultTopN        = 10
+	defaultTenantLimit = 100
+)
+
+// ByTenant labels each tenant with its own ID (TenantKey), in the gauges as
+// in the counters and histograms, for the first limit tenants the Tracer
+// sees; the rest are "other". Bound: limit+1 tenant labels per instrument.
+// Suits services with a known, modest number of tenants. limit <= 0 means 100.
+func ByTenant(limit int) Cardinality {
+	if limit <= 0 {
+		limit = defaultTenantLimit
+	}
+	return Cardinality{by: byTenant, limit: limit}
+}
+
+// ByPlan labels series with the tenant's plan (PlanKey) instead of the tenant:
+// the seed's "tenant tier, if cardinality is a concern". Bound: the number
+// of plans, which the operator, not the tenants, controls.
+func ByPlan() Cardinality { return Cardinality{by: byPlan} }
+
+// TopTenants labels the n busiest tenants, by connections in use plus
+// requests waiting, and sums everyone else as "other". The set is recomputed
+// at each collection from the Gate's stats, so it needs ObservePool or
+// ObserveGate. In the gauges it is exact: at most n+1 series per collection.
+// The counters and histograms label a tenant that was among the n busiest at
+// the last collection, until limit tenants have had a label there; after
+// that, newcomers count as "other" in them (the gauges still name them).
+// Bound: n+1 gauge series, limit+1 counter and histogram series.
+// n <= 0 means 10; limit below n means n.
+func TopTenants(n, limit int) Cardinality {
+	if n <= 0 {
+		n = defaultTopN
+	}
+	return Cardinality{by: byTopTenants, n: n, limit: max(limit, n)}
+}
+
+func (c Cardinality) withDefaults() Cardinality {
+	if c.by == byTopTenants && c.n == 0 {
+		return TopTenants(defaultTopN, defaultTenantLimit)
+	}
+	return c
+}
+
+func (c Cardinality) String() string {
+	switch c.by {
+	case byTenant:
+		return fmt.Sprintf("ByTenant(%d)", c.limit)
+	case byPlan:
+		return "ByPlan()"
+	default:
+		c = c.withDefaults()
+		return fmt.Sprintf("TopTenants(%d, %d)", c.n, c.limit)
+	}
+}
+
+// numOutcomes is the number of pool.Outcome values.
+const numOutcomes = int(pool.Failed) + 1
+
+// series is one label's precomputed measurement options: attribute sets are
+// built once per label, not per measurement.
+type series struct {
+	label     string
+	add       []metric.AddOption
+	rec       []metric.RecordOption
+	obs       []metric.ObserveOption
+	addByOutc [numOutcomes][]metric.AddOption
+	recByOutc [numOutcomes][]metric.RecordOption
+}
+
+func newSeries(key attribute.Key, label string, base []attribute.KeyValue) *series {
+	attrs := append(slices.Clip(base), key.String(label))
+	set := attribute.NewSet(attrs...)
+	s := &series{
+		label: label,
+		add:   []metric.AddOption{metric.WithAttributeSet(set)},
+		rec:   []metric.RecordOption{metric.WithAttributeSet(set)},
+		obs:   []metric.ObserveOption{metric.WithAttributeSet(set)},
+	}
+	for o := range numOutcomes {
+		set := attribute.NewSet(append(slices.Clip(attrs), OutcomeKey.String(pool.Outcome(o).String()))...)
+		s.addByOutc[o] = []metric.AddOption{metric.WithAttributeSet(set)}
+		s.recByOutc[o] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	return s
+}
+
+// labeler maps tenants to the series of a Cardinality.
+type labeler struct {
+	card  Cardinality
+	key   attribute.Key        // TenantKey, or PlanKey for ByPlan
+	base  []attribute.KeyValue // on every series: the pool name
+	other *series
+
+	sets sync.Map // label → *series: every label that has series
+
+	mu      sync.Mutex
+	tenants int         // guarded by mu: tenant labels handed out, at most card.limit
+	full    atomic.Bool // tenants reached card.limit: no more labels, skip mu
+
+	top atomic.Pointer[map[string]struct{}] // TopTenants: the busiest at the last collection
+}
+
+func newLabeler(card Cardinality, base []attribute.KeyValue) *labeler {
+	card = card.withDefaults()
+	l := &labeler{card: card, key: TenantKey, base: base}
+	if card.by == byPlan {
+		l.key = PlanKey
+	}
+	l.other = newSeries(l.key, OtherTenants, base)
+	return l
+}
+
+// forTenant returns the series a measurement for tenant on plan goes to.
+func (l *labeler) forTenant(tenant, plan string) *series {
+	switch l.card.by {
+	case byPlan:
+		if plan == "" {
+			return l.other
+		}
+		if s, ok := l.sets.Load(plan); ok {
+			return s.(*series)
+		}
+		// Plans are few and set by the operator: no budget needed.
+		s, _ := l.sets.LoadOrStore(plan, newSeries(l.key, strings.Clone(plan), l.base))
+		return s.(*series)
+	case byTopTenants:
+		top := l.top.Load()
+		if top == nil {
+			return l.other
+		}
+		if _, ok := (*top)[tenant]; !ok {
+			return l.other
+		}
+	}
+	if s, ok := l.sets.Load(tenant); ok {
+		return s.(*series)
+	}
+	if l.full.Load() {
+		return l.other
+	}
+	return l.admit(tenant)
+}
+
+// admit gives tenant a label of its own if the budget allows.
+func (l *labeler) admit(tenant string) *series {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sets.Load(tenant); ok {
+		return s.(*series)
+	}
+	if l.tenants >= l.card.limit || tenant == OtherTenants {
+		return l.other
+	}
+	s := newSeries(l.key, strings.Clone(tenant), l.base)
+	l.sets.Store(s.label, s)
+	l.tenants++
+	if l.tenants >= l.card.limit {
+		l.full.Store(true)
+	}
+	return s
+}
+
+// gaugePoint is one gauge series of a collection.
+type gaugePoint struct {
+	obs            []metric.ObserveOption
+	inUse, waiting int64
+	limit          int64 // -1: not a single tenant, no limit to report
+}
+
+// collect turns the Gate's tenant stats into the gauge points of one
+// collection, and for TopTenants publishes the busiest tenants for the
+// counters and histograms. "other" is always reported, if only as zeros.
+func (l *labeler) collect(stats []pool.TenantStats) []gaugePoint {
+	points := make([]gaugePoint, 0, 16)
+	other := gaugePoint{obs: l.other.obs, limit: -1}
+	switch l.card.by {
+	case byPlan, byTenant:
+		idx := make(map[*series]int)
+		for i := range stats {
+			st := &stats[i]
+			s := l.forTenant(st.Tenant, st.Plan)
+			if s == l.other {
+				other.inUse += int64(st.InUse)
+				other.waiting += int64(st.Waiting)
+				continue
+			}
+			j, ok := idx[s]
+			if !ok {
+				j = len(points)
+				idx[s] = j
+				limit := int64(-1)
+				if l.card.by == byTenant {
+					limit = int64(st.Limit)
+				}
+				points = append(points, gaugePoint{obs: s.obs, limit: limit})
+			}
+			points[j].inUse += int64(st.InUse)
+			points[j].waiting += int64(st.Waiting)
+		}
+	default:
+		busiest := busiest(stats, l.card.n)
+		top := make(map[string]struct{}, len(busiest))
+		for _, st := range busiest {
+			top[st.Tenant] = struct{}{}
+			var obs []metric.ObserveOption
+			if s, ok := l.sets.Load(st.Tenant); ok {
+				obs = s.(*series).obs
+			} else {
+				// A gauge series lives for one collection: it needs no
+				// label budget, only attributes.
+				obs = newSeries(l.key, st.Tenant, l.base).obs
+			}
+			points = append(points, gaugePoint{obs: obs, inUse: int64(st.InUse),
+				waiting: int64(st.Waiting), limit: int64(st.Limit)})
+		}
+		for i := range stats {
+			if _, ok := top[stats[i].Tenant]; !ok {
+				other.inUse += int64(stats[i].InUse)
+				other.waiting += int64(stats[i].Waiting)
+			}
+		}
+		l.top.Store(&top)
+	}
+	return append(points, other)
+}
+
+// busiest returns up to n tenants with something in use or waiting (a tenant
+// whose ID is "other" is always counted as other), busiest first: by in use plus waiting, then by refusals, then by ID so that ties
+// are settled the same way at every collection.
+func busiest(stats []pool.TenantStats, n int) []pool.TenantStats {
+	busy := make([]pool.TenantStats, 0, min(n*2, len(stats)))
+	for _, st := range stats {
+		if st.InUse+st.Waiting > 0 && st.Tenant != OtherTenants {
+			busy = append(busy, st)
+		}
+	}
+	slices.SortFunc(busy, func(a, b pool.TenantStats) int {
+		if c := cmp.Compare(b.InUse+b.Waiting, a.InUse+a.Waiting); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Rejected+b.TimedOut, a.Rejected+a.TimedOut); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Tenant, b.Tenant)
+	})
+	return busy[:min(n, len(busy))]
+}

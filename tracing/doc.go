@@ -1,0 +1,50 @@
+// Package tracing is tenantdb's OpenTelemetry instrumentation: spans for
+// admissions and queries, per-tenant and connection-pool metrics, leak
+// detection, and an OTLP setup helper for sending traces to Jaeger.
+//
+// One [Tracer] serves one pool. Give it to tenantdb as Config.Tracer: it
+// observes every admission through the pool's hooks, and tenantdb chains it
+// after any pgx tracer of your own, so query spans come from it too.
+// Then register the pool's observable metrics with [Tracer.ObservePool]:
+//
+//	tr := tracing.New(tracing.WithPoolName("orders"))
+//	p, err := tenantdb.New(ctx, pgxCfg, tenantdb.Config{Tracer: tr, ...})
+//	...
+//	stop, err := tr.ObservePool(p)
+//	defer stop()
+//
+// # Spans
+//
+// An admission span, "tenantdb.acquire", covers the wait for the tenant's
+// own cap and for global capacity. It carries the tenant, its plan and
+// limit, what it had in use and its place in line on arrival, both waits in
+// seconds and the outcome (acquired, rejected, timed_out, cancelled, failed);
+// every outcome but acquired sets the span status to Error.
+//
+// Query, batch, copy, prepare and connect spans follow the OpenTelemetry
+// database semantic conventions (db.system.name, db.namespace,
+// db.operation.name, db.query.text, server.address, server.port) and carry
+// the tenant of the context ([TenantKey]).
+//
+// Like otelhttp and otelpgx, the Tracer creates no span when the context has
+// no recording span: a request that was not sampled costs no span work. Use
+// [WithRootSpans] to start traces from the database layer itself.
+//
+// # Metrics
+//
+// The connection-pool metrics of the semantic conventions
+// (db.client.connection.count, .max, .pending_requests, .timeouts,
+// .wait_time, .use_time, all with db.client.connection.pool.name) and
+// per-tenant ones under tenantdb.tenant.connection.* (in use, waiting,
+// limit, rejections, wait and use time, leaks). Durations are in seconds.
+// How tenants are labelled is a [Cardinality]: by tenant, by plan, or the n
+// busiest tenants plus "other"; in every mode the number of series has a
+// bound that no flood of tenant IDs can push past.
+//
+// # Leak detection
+//
+// [WithLeakDetection] reports, as HikariCP does, permits held longer than a
+// threshold: a log/slog warning with the tenant, the hold time and the stack
+// that acquired it, an event on the acquiring span and a count; and a second
+// log line when the permit comes back. Without it, nothing is captured.
+package tracing

@@ -1,0 +1,56 @@
+package tracing_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// The PostgreSQL container is started by the first test that needs one and
+// shared by the rest, so that the in-memory tests run without Docker.
+var (
+	pgOnce   sync.Once
+	sharedPG *tenantdbtest.Postgres
+	pgErr    error
+)
+
+func postgres(t testing.TB) *tenantdbtest.Postgres {
+	t.Helper()
+	pgOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		sharedPG, pgErr = tenantdbtest.RunPostgres(ctx)
+	})
+	if pgErr != nil {
+		t.Fatalf("start PostgreSQL: %v", pgErr)
+	}
+	return sharedPG
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedPG != nil {
+		if err := sharedPG.Terminate(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	if code == 0 {
+		// The Docker client keeps idle HTTP connections to the engine.
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

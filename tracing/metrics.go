@@ -1,0 +1,96 @@
+package tracing
+
+import (
+	"errors"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
+)
+
+// instruments are the Tracer's metric instruments, created once by New.
+type instruments struct {
+	// The semantic conventions' connection-pool instruments.
+	connCount    metric.Int64ObservableUpDownCounter
+	connMax      metric.Int64ObservableUpDownCounter
+	connPending  metric.Int64ObservableUpDownCounter
+	connTimeouts metric.Int64Counter
+	connWait     metric.Float64Histogram
+	connUse      metric.Float64Histogram
+
+	// Per-tenant instruments, labelled by labels.
+	tenantCount      metric.Int64ObservableUpDownCounter
+	tenantPending    metric.Int64ObservableUpDownCounter
+	tenantMax        metric.Int64ObservableUpDownCounter
+	tenantRejections metric.Int64Counter
+	tenantWait       metric.Float64Histogram
+	tenantUse        metric.Float64Histogram
+	tenantLeaks      metric.Int64Counter
+}
+
+// durationBuckets are the explicit histogram boundaries, in seconds, that the
+// semantic conventions advise for database durations; the SDK's default
+// boundaries are meant for milliseconds.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
+// create makes every instrument. The semantic-convention ones come from
+// dbconv, so that their names, units and descriptions are the spec's. An
+// instrument that fails is left a no-op and its error returned with the others.
+func (in *instruments) create(m metric.Meter) error {
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
+
+	count, err := dbconv.NewClientConnectionCountObservable(m)
+	check(err)
+	in.connCount = count.Inst()
+	connMax, err := dbconv.NewClientConnectionMaxObservable(m)
+	check(err)
+	in.connMax = connMax.Inst()
+	pending, err := dbconv.NewClientConnectionPendingRequestsObservable(m)
+	check(err)
+	in.connPending = pending.Inst()
+	timeouts, err := dbconv.NewClientConnectionTimeouts(m)
+	check(err)
+	in.connTimeouts = timeouts.Inst()
+	wait, err := dbconv.NewClientConnectionWaitTime(m, buckets)
+	check(err)
+	in.connWait = wait.Inst()
+	use, err := dbconv.NewClientConnectionUseTime(m, buckets)
+	check(err)
+	in.connUse = use.Inst()
+
+	in.tenantCount, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.count",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections a tenant holds: with its limit, the sign of a tenant pinned at its cap."))
+	check(err)
+	in.tenantPending, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.pending_requests",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("A tenant's requests waiting for its own cap or for a shared connection."))
+	check(err)
+	in.tenantMax, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.max",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A tenant's cap on connections; reported for tenant labels only."))
+	check(err)
+	in.tenantRejections, err = m.Int64Counter("tenantdb.tenant.connection.rejections",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("Requests refused because the tenant was at its cap: at once (outcome rejected) "+
+			"or after waiting its plan's MaxWait or the caller's deadline (timed_out)."))
+	check(err)
+	in.tenantWait, err = m.Float64Histogram("tenantdb.tenant.connection.wait_time",
+		metric.WithUnit("s"), buckets,
+		metric.WithDescription("Time a tenant's requests waited for admission, by outcome."))
+	check(err)
+	in.tenantUse, err = m.Float64Histogram("tenantdb.tenant.connection.use_time",
+		metric.WithUnit("s"), buckets,
+		metric.WithDescription("Time a tenant held a connection, from admission to release."))
+	check(err)
+	in.tenantLeaks, err = m.Int64Counter("tenantdb.tenant.connection.leaks",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections held past the leak-detection threshold."))
+	check(err)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,98 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// ErrObserving is returned by ObservePool and ObserveGate when the Tracer
+// already observes a pool: its metrics carry one pool name, and two pools
+// under it would report each other's numbers. Stop the first, or use one
+// Tracer per pool.
+var ErrObserving = errors.New("tracing: already observing a pool")
+
+// ObservePool registers the observable metrics of p with the Tracer's
+// MeterProvider: db.client.connection.count (used and idle connections of
+// the shared pgxpool), db.client.connection.max, db.client.connection.
+// pending_requests (requests waiting for a tenant's cap or a shared
+// connection), and the per-tenant gauges. They are read from p's stats at
+// each collection, which is also when TopTenants picks the busiest tenants.
+// stop unregisters them. p must use this Tracer (tenantdb.Config.Tracer)
+// for the pushed metrics and the observed ones to agree, but nothing breaks
+// if it does not.
+func (t *Tracer) ObservePool(p *tenantdb.Pool) (stop func() error, err error) {
+	if p == nil {
+		return nil, errors.New("tracing: ObservePool: nil pool")
+	}
+	return t.observe(p.Gate(), func(o metric.Observer) {
+		s := p.Pgxpool().Stat()
+		o.ObserveInt64(t.connCount, int64(s.AcquiredConns()), t.usedObs...)
+		o.ObserveInt64(t.connCount, int64(s.IdleConns()), t.idleObs...)
+		o.ObserveInt64(t.connMax, int64(s.MaxConns()), t.poolObs...)
+	})
+}
+
+// ObserveGate is ObservePool for a bare pool.Gate, which bulkheads something
+// other than a pgxpool: db.client.connection.count reports permits in use
+// as state "used" (a Gate has no idle connections) and
+// db.client.connection.max its capacity.
+func (t *Tracer) ObserveGate(g *pool.Gate) (stop func() error, err error) {
+	if g == nil {
+		return nil, errors.New("tracing: ObserveGate: nil gate")
+	}
+	return t.observe(g, func(o metric.Observer) {
+		o.ObserveInt64(t.connCount, int64(g.Stats().InUse), t.usedObs...)
+		o.ObserveInt64(t.connMax, int64(g.Capacity()), t.poolObs...)
+	})
+}
+
+// observe registers the callback shared by ObservePool and ObserveGate;
+// conns observes what differs.
+func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() error, error) {
+	t.mu.Lock()
+	if t.observing {
+		t.mu.Unlock()
+		return nil, ErrObserving
+	}
+	t.observing = true
+	t.mu.Unlock()
+
+	reg, err := t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		conns(o)
+		o.ObserveInt64(t.connPending, int64(g.Stats().Waiting), t.poolObs...)
+		// A fresh slice each time: with several readers the SDK may run
+		// this callback concurrently, and collections are rare.
+		for _, pt := range t.labels.collect(g.AppendTenantStats(nil)) {
+			o.ObserveInt64(t.tenantCount, pt.inUse, pt.obs...)
+			o.ObserveInt64(t.tenantPending, pt.waiting, pt.obs...)
+			if pt.limit >= 0 {
+				o.ObserveInt64(t.tenantMax, pt.limit, pt.obs...)
+			}
+		}
+		return nil
+	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax)
+	if err != nil {
+		t.mu.Lock()
+		t.observing = false
+		t.mu.Unlock()
+		return nil, fmt.Errorf("tracing: register pool metrics: %w", err)
+	}
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() {
+			err = reg.Unregister()
+			t.mu.Lock()
+			t.observing = false
+			t.mu.Unlock()
+		})
+		return err
+	}, nil
+}
