@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+	"github.com/tenantdb/tenantdb/tracing"
 )
 
 var (
@@ -158,6 +160,45 @@ func BenchmarkParallelTenants(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkTracing is Exec("select 1") through tenantdb with tracing off,
+// on but not sampled, and on and sampled (spans recorded by the SDK and
+// dropped, no exporter).
+func BenchmarkTracing(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		tracer func() *tracing.Tracer
+		ctx    func(context.Context) context.Context
+	}{
+		{"off", func() *tracing.Tracer { return nil }, func(ctx context.Context) context.Context { return ctx }},
+		{"unsampled", func() *tracing.Tracer {
+			return tracing.New(tracing.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+		}, func(ctx context.Context) context.Context { return ctx }},
+		{"sampled", func() *tracing.Tracer {
+			return tracing.New(tracing.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))))
+		}, func(ctx context.Context) context.Context {
+			// A request span, as otelhttp would start, for ours to nest under.
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+			ctx, _ = tp.Tracer("bench").Start(ctx, "request")
+			return ctx
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := plans
+			if tr := c.tracer(); tr != nil {
+				cfg.Tracer = tr
+			}
+			_, p := pools(b, cfg)
+			ctx := c.ctx(tenantdb.WithTenant(context.Background(), "acme"))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Exec(ctx, "select 1"); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -31,6 +31,7 @@ func main() {
 	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
 	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.StringVar(&opts.otlp, "otlp", "", "send the run's traces to this OTLP/gRPC endpoint, e.g. Jaeger's localhost:4317")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("noisy: ")
@@ -46,9 +47,9 @@ func main() {
 }
 
 type options struct {
-	dsn, out, only string
-	scale          float64
-	json           bool
+	dsn, out, only, otlp string
+	scale                float64
+	json                 bool
 }
 
 func run(ctx context.Context, opts options) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+	"github.com/tenantdb/tenantdb/tracing"
 )
 
 const (
@@ -41,13 +42,21 @@ func scenarioNames() []string {
 
 // environment is what every scenario shares.
 type environment struct {
-	pg    *tenantdbtest.Postgres
-	work  workload
-	close func()
+	pg     *tenantdbtest.Postgres
+	work   workload
+	tracer *tracing.Tracer // nil unless -otlp
+	close  func()
 }
 
 func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
 	env := &environment{pg: pg, work: newWorkload(opts.scale), close: func() {}}
+	if opts.otlp != "" {
+		tr, shutdown, err := otlpTracer(ctx, opts.otlp)
+		if err != nil {
+			return nil, err
+		}
+		env.tracer, env.close = tr, shutdown
+	}
 	return env, nil
 }
 
@@ -60,6 +69,9 @@ func (env *environment) pgxConfig(dsn string, conns int32) (*pgxpool.Config, err
 		return nil, err
 	}
 	cfg.MaxConns, cfg.MinConns = conns, conns
+	if env.tracer != nil {
+		cfg.ConnConfig.Tracer = env.tracer // query spans for the raw scenarios too
+	}
 	return cfg, nil
 }
 
@@ -171,6 +183,10 @@ func runTenantdb(plans func(workload) tenantdb.Config) func(context.Context, *en
 			return nil, err
 		}
 		tcfg := plans(env.work)
+		if env.tracer != nil {
+			tcfg.Tracer = env.tracer
+			cfg.ConnConfig.Tracer = nil // tenantdb.New chains the tracer's query hooks itself
+		}
 		p, err := tenantdb.New(ctx, cfg, tcfg)
 		if err != nil {
 			return nil, err
