@@ -1,0 +1,151 @@
+package redislimit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Mode says what AcquireSlot does when Redis cannot be asked.
+type Mode int
+
+const (
+	// FailOpen grants a lease whose Local reports true: the request is then
+	// limited by its process's own tenant cap only, so during an outage a
+	// tenant may hold its cap once per process. The service stays up; the
+	// isolation between tenants within each process stays too.
+	FailOpen Mode = iota
+	// FailClosed returns an error matching ErrUnavailable: no request gets a
+	// connection that the cluster cap cannot vouch for, so an outage of
+	// Redis is an outage of the service.
+	FailClosed
+)
+
+func (m Mode) String() string {
+	switch m {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	default:
+		return fmt.Sprintf("Mode(%d)", int(m))
+	}
+}
+
+// Config configures a Limiter. Every field but Client is optional; zero
+// means the default given in its doc.
+type Config struct {
+	// Client is the Redis connection: a *redis.Client (standalone, or a
+	// Sentinel failover client) or a *redis.ClusterClient. Required. The
+	// Limiter does not close it. OpTimeout is enforced whatever its options;
+	// ContextTimeoutEnabled lets a timed-out call also stop waiting on the
+	// socket at once instead of after the client's ReadTimeout.
+	Client redis.UniversalClient
+
+	// Prefix begins every key and channel name, so that several
+	// deployments can share a Redis. Default "tenantdb".
+	Prefix string
+
+	// LeaseTTL is how long a slot stays taken without renewal: how soon the
+	// slots of a process that died come back. Default 10 seconds. Shorter
+	// means faster recovery but more renewals and less tolerance of a
+	// process that stalls (a long GC pause, a starved CPU).
+	LeaseTTL time.Duration
+
+	// RenewEvery is how often held leases are renewed, all of them in one
+	// round trip. It must leave room for a renewal to finish:
+	// RenewEvery+OpTimeout < LeaseTTL. Default LeaseTTL/3.
+	RenewEvery time.Duration
+
+	// OpTimeout bounds every Redis call; one that takes longer counts as a
+	// failure (see Mode). Default 500ms, or LeaseTTL/4 when that is less.
+	OpTimeout time.Duration
+
+	// RecheckEvery is how long a waiting request sleeps at most without a
+	// notification before it asks again (notifications can be lost with a
+	// connection; slots freed by expiry are never announced), and how often
+	// a degraded limiter probes Redis. Default 1 second.
+	RecheckEvery time.Duration
+
+	// Mode says what to do when Redis cannot be asked. Default FailOpen.
+	Mode Mode
+
+	// ProcessID names this process in the lease members it writes, which is
+	// what an operator sees in the sorted sets. It must be unique among the
+	// processes sharing the Redis. Default: host name, process ID and a
+	// random suffix.
+	ProcessID string
+
+	// Logger receives the rare events worth a look: degraded and recovered,
+	// leases found lost by a renewal. Default slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultPrefix       = "tenantdb"
+	defaultLeaseTTL     = 10 * time.Second
+	defaultOpTimeout    = 500 * time.Millisecond
+	defaultRecheckEvery = time.Second
+)
+
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch c.Client.(type) {
+	case nil:
+		return bad("Client is nil")
+	case *redis.Ring:
+		return bad("a *redis.Ring is not supported: use a *redis.Client or *redis.ClusterClient")
+	}
+	if c.Prefix == "" {
+		c.Prefix = defaultPrefix
+	}
+	if c.LeaseTTL < 0 || c.RenewEvery < 0 || c.OpTimeout < 0 || c.RecheckEvery < 0 {
+		return bad("negative duration")
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = defaultLeaseTTL
+	}
+	if c.LeaseTTL < 10*time.Millisecond {
+		return bad("LeaseTTL %v is below 10ms", c.LeaseTTL)
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = c.LeaseTTL / 3
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = min(defaultOpTimeout, c.LeaseTTL/4)
+	}
+	if c.RenewEvery+c.OpTimeout >= c.LeaseTTL {
+		return bad("RenewEvery %v + OpTimeout %v must be less than LeaseTTL %v", c.RenewEvery, c.OpTimeout, c.LeaseTTL)
+	}
+	if c.RecheckEvery == 0 {
+		c.RecheckEvery = defaultRecheckEvery
+	}
+	if c.Mode != FailOpen && c.Mode != FailClosed {
+		return bad("unknown %v", c.Mode)
+	}
+	if c.ProcessID == "" {
+		c.ProcessID = defaultProcessID()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// defaultProcessID is unique without coordination (the random part) and
+// still tells an operator where a lease comes from.
+func defaultProcessID() string {
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(host, ":", "_")
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,160 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+type acquired struct {
+	s   pool.ClusterLease
+	err error
+}
+
+func acquireAsync(l *Limiter, tenant string, limit int, maxWait time.Duration) <-chan acquired {
+	c := make(chan acquired, 1)
+	go func() {
+		s, err := l.AcquireSlot(context.Background(), tenant, limit, maxWait)
+		c <- acquired{s, err}
+	}()
+	return c
+}
+
+func receive(t *testing.T, c <-chan acquired, what string) acquired {
+	t.Helper()
+	select {
+	case a := <-c:
+		return a
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: no answer", what)
+		return acquired{}
+	}
+}
+
+// TestRedisOutageFailOpenAndFailClosed stops the Redis container while two
+// processes, one per mode, hold slots and wait for more, then starts it
+// again. FailOpen hands out local leases, FailClosed errors matching
+// ErrUnavailable, both at once rather than after waiting; after the restart
+// both use Redis again and every slot is released (the lease TTL is far
+// longer than the test, so the slots are not merely expiring).
+func TestRedisOutageFailOpenAndFailClosed(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := uniquePrefix(t)
+	rdb := newClient(t, r.Addr)
+	cfg := func(m Mode) Config {
+		return Config{Client: newClient(t, r.Addr), Prefix: prefix, Mode: m, LeaseTTL: time.Minute,
+			OpTimeout: 300 * time.Millisecond, RecheckEvery: 100 * time.Millisecond}
+	}
+	open, closed := newLimiter(t, cfg(FailOpen)), newLimiter(t, cfg(FailClosed))
+	heldOpen := mustAcquire(t, open, "acme", 2)
+	heldClosed := mustAcquire(t, closed, "acme", 2)
+	openWaiter := acquireAsync(open, "acme", 2, -1)
+	closedWaiter := acquireAsync(closed, "acme", 2, -1)
+	eventually(t, 10*time.Second, "both wait", func() bool {
+		return open.Stats().Waited == 1 && closed.Stats().Waited == 1
+	})
+
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The waiters are answered by the failure mode, not left waiting.
+	if a := receive(t, openWaiter, "fail-open waiter"); a.err != nil || !a.s.Local() {
+		t.Fatalf("fail-open waiter: lease %v, err %v; want a local lease", a.s, a.err)
+	} else {
+		a.s.Release()
+	}
+	if a := receive(t, closedWaiter, "fail-closed waiter"); !errors.Is(a.err, ErrUnavailable) || isOverLimit(a.err) {
+		t.Fatalf("fail-closed waiter: err = %v, want ErrUnavailable", a.err)
+	}
+	// New requests too, whether or not they may wait.
+	for _, maxWait := range []time.Duration{0, -1} {
+		s, err := open.AcquireSlot(context.Background(), "acme", 2, maxWait)
+		if err != nil || !s.Local() {
+			t.Fatalf("fail-open, Redis down: lease %v, err %v; want a local lease", s, err)
+		}
+		defer s.Release()
+		if _, err := closed.AcquireSlot(context.Background(), "acme", 2, maxWait); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("fail-closed, Redis down: err = %v, want ErrUnavailable", err)
+		}
+	}
+	for name, l := range map[string]*Limiter{"fail-open": open, "fail-closed": closed} {
+		st := l.Stats()
+		if st.Healthy || st.Degradations != 1 || st.Errors == 0 {
+			t.Errorf("%s during the outage: %+v, want degraded once, errors counted", name, st)
+		}
+	}
+	if st := open.Stats(); st.FailOpenGrants != 3 || st.LocalHeld != 2 {
+		t.Errorf("fail-open: %d grants, %d local held; want 3 and 2", st.FailOpenGrants, st.LocalHeld)
+	}
+	if st := closed.Stats(); st.FailClosedErrors != 3 {
+		t.Errorf("fail-closed: %d errors, want 3", st.FailClosedErrors)
+	}
+	// Releases during the outage cannot reach Redis; they are kept.
+	heldOpen.Release()
+	heldClosed.Release()
+
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "both probe Redis healthy", func() bool {
+		return open.Stats().Healthy && closed.Stats().Healthy
+	})
+	// Redis kept its data across the stop (it saves on shutdown): the
+	// releases made during the outage are retried, not left to expire.
+	assertNothingHeld(t, rdb, prefix, 20*time.Second, closed)
+	for _, l := range []*Limiter{open, closed} {
+		s := mustAcquire(t, l, "acme", 2)
+		defer s.Release()
+	}
+	if _, err := open.AcquireSlot(context.Background(), "acme", 2, 0); !isOverLimit(err) {
+		t.Errorf("after recovery, the cap holds again: err = %v, want ErrOverLimit", err)
+	}
+}
+
+// TestRedisSlowRedisTimesOut pauses Redis: calls hang rather than fail. A
+// request must still be answered within OpTimeout, although the client's
+// own timeouts are far longer, and the take it gave up on (which Redis runs
+// when it resumes) must be released, not leaked.
+func TestRedisSlowRedisTimesOut(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := uniquePrefix(t)
+	slowClient := redis.NewClient(&redis.Options{Addr: r.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = slowClient.Close() })
+	const opTimeout = 200 * time.Millisecond
+	l := newLimiter(t, Config{Client: slowClient, Prefix: prefix, LeaseTTL: 2 * time.Minute,
+		OpTimeout: opTimeout, RecheckEvery: 100 * time.Millisecond})
+	held := mustAcquire(t, l, "acme", 5)
+
+	if err := r.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s, err := l.AcquireSlot(context.Background(), "acme", 5, 0)
+	took := time.Since(start)
+	if err != nil || !s.Local() {
+		t.Fatalf("Redis paused: lease %v, err %v; want a local lease", s, err)
+	}
+	// Generous: far below the client's minute, but OpTimeout is the bound.
+	if took > 30*opTimeout {
+		t.Errorf("answered after %v with OpTimeout %v", took, opTimeout)
+	}
+	s.Release()
+	held.Release()
+	if st := l.Stats(); st.Healthy || st.Errors == 0 {
+		t.Errorf("stats while paused: %+v, want degraded with errors", st)
+	}
+	if err := r.Unpause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "healthy again", func() bool { return l.Stats().Healthy })
+	rdb := newClient(t, r.Addr)
+	// Well within the two-minute TTL: released, not expired.
+	assertNothingHeld(t, rdb, prefix, 30*time.Second, l)
+	mustAcquire(t, l, "acme", 5).Release()
+}

@@ -1,0 +1,517 @@
+package tenantdb_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenantdb/tenantdb/pool/redislimit"
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// clusterChild is a running child process (see TestClusterChild).
+type clusterChild struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string // protocol lines, prefix removed
+	out    *clusterOutput
+	exited chan error
+}
+
+type clusterOutput struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *clusterOutput) add(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.WriteString(s + "\n")
+}
+
+func (b *clusterOutput) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startClusterChild re-executes this test binary as a child with env added. It is
+// killed when t ends, if it has not exited by then.
+func startClusterChild(t *testing.T, env ...string) *clusterChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterChild$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), "TENANTDB_POSTGRES_DSN="+sharedPG.DSN)
+	cmd.Env = append(cmd.Env, env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clusterChild{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), out: &clusterOutput{}, exited: make(chan error, 1)}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			c.out.add(line)
+			if rest, ok := strings.CutPrefix(line, clusterLinePrefix); ok {
+				c.lines <- rest
+			}
+		}
+		close(c.lines)
+		c.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.exited
+	})
+	return c
+}
+
+// expect waits for the child's next protocol line, which must begin with
+// word, and returns the rest of it.
+func (c *clusterChild) expect(word string) string {
+	c.t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			c.t.Fatalf("child %d exited before %q:\n%s", c.cmd.Process.Pid, word, c.out)
+		}
+		rest, ok := strings.CutPrefix(line, word)
+		if !ok {
+			c.t.Fatalf("child %d said %q, want %q:\n%s", c.cmd.Process.Pid, line, word, c.out)
+		}
+		return strings.TrimSpace(rest)
+	case <-time.After(2 * time.Minute):
+		c.t.Fatalf("child %d did not say %q:\n%s", c.cmd.Process.Pid, word, c.out)
+		return ""
+	}
+}
+
+func (c *clusterChild) send(cmd string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.stdin, cmd+"\n"); err != nil {
+		c.t.Fatalf("to child %d: %v", c.cmd.Process.Pid, err)
+	}
+}
+
+// wait waits for the child to exit and fails t if it failed.
+func (c *clusterChild) wait() {
+	c.t.Helper()
+	select {
+	case err := <-c.exited:
+		c.exited <- err // for the cleanup
+		if err != nil {
+			c.t.Fatalf("child %d: %v:\n%s", c.cmd.Process.Pid, err, c.out)
+		}
+	case <-time.After(2 * time.Minute):
+		c.t.Fatalf("child %d did not exit:\n%s", c.cmd.Process.Pid, c.out)
+	}
+}
+
+func clusterTag() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// clusterSampler counts, as often as it can with a short pause, the active
+// backends running queries that contain marker, from a connection of its own.
+type clusterSampler struct {
+	max, samples atomic.Int64
+	stop         chan struct{}
+	done         chan error
+}
+
+func startClusterSampler(t *testing.T, marker string) *clusterSampler {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &clusterSampler{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		defer conn.Close(context.Background())
+		for {
+			select {
+			case <-s.stop:
+				s.done <- nil
+				return
+			default:
+			}
+			var n int64
+			err := conn.QueryRow(context.Background(),
+				`select count(*) from pg_stat_activity
+				 where state = 'active' and pid <> pg_backend_pid() and strpos(query, $1) > 0`, marker).Scan(&n)
+			if err != nil {
+				s.done <- err
+				return
+			}
+			s.samples.Add(1)
+			for m := s.max.Load(); n > m && !s.max.CompareAndSwap(m, n); m = s.max.Load() {
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+func (s *clusterSampler) finish(t *testing.T) (maxActive, samples int64) {
+	t.Helper()
+	close(s.stop)
+	if err := <-s.done; err != nil {
+		t.Fatalf("sampler: %v", err)
+	}
+	return s.max.Load(), s.samples.Load()
+}
+
+func clusterMedian(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// clusterFloodPhase runs three flood children: each measures the quiet tenant
+// alone, then floods the noisy tenant (three times its cap in flight) for
+// floodFor while it measures the quiet one again. The sampler watches the
+// noisy tenant's active backends across all of them.
+func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, floodFor time.Duration) (maxActive int64, res []clusterChildResult) {
+	t.Helper()
+	tag := clusterTag()
+	on := "0"
+	if cluster {
+		on = "1"
+	}
+	var children []*clusterChild
+	for range 3 {
+		children = append(children, startClusterChild(t, clusterRoleEnv+"=flood", clusterRedisEnv+"="+redisAddr,
+			clusterPrefixEnv+"="+prefix, clusterTagEnv+"="+tag, clusterOnEnv+"="+on))
+	}
+	for _, c := range children {
+		c.expect("ready")
+	}
+	sampler := startClusterSampler(t, "tenant=noisy tag="+tag)
+	for _, c := range children {
+		c.send("go")
+	}
+	time.Sleep(floodFor) // the scenario's length, not a synchronisation
+	maxActive, samples := sampler.finish(t)
+	for _, c := range children {
+		c.send("stop")
+	}
+	for _, c := range children {
+		var r clusterChildResult
+		if err := json.Unmarshal([]byte(c.expect("result")), &r); err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+		c.wait()
+	}
+	t.Logf("cluster limiter %v: %d samples, at most %d noisy backends active at once", cluster, samples, maxActive)
+	if samples < 100 {
+		t.Errorf("only %d samples of pg_stat_activity", samples)
+	}
+	return maxActive, res
+}
+
+// TestClusterThreeProcessesShareCap runs three processes, each with its own
+// pool of 10 connections and the noisy tenant's plan cap of 4, flooding the
+// noisy tenant with three times its cap each. Without the cluster limiter
+// PostgreSQL sees the noisy tenant's backends go above 4 (up to 12); with
+// it, never. Meanwhile the quiet tenant's median latency stays close to its
+// median measured alone in the same processes.
+func TestClusterThreeProcessesShareCap(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := "cluster-" + clusterTag()
+	const floodFor = 3 * time.Second
+
+	maxOff, _ := clusterFloodPhase(t, r.Addr, prefix, false, floodFor)
+	if maxOff <= clusterNoisyCap {
+		t.Errorf("without the limiter at most %d noisy backends: the test does not show what the limiter prevents", maxOff)
+	}
+
+	maxOn, res := clusterFloodPhase(t, r.Addr, prefix, true, floodFor)
+	if maxOn > clusterNoisyCap {
+		t.Errorf("with the limiter %d noisy backends were active at once, above the cluster cap %d", maxOn, clusterNoisyCap)
+	}
+	if maxOn < clusterNoisyCap-1 {
+		t.Errorf("with the limiter at most %d noisy backends: the flood did not fill the cap %d", maxOn, clusterNoisyCap)
+	}
+	var unloaded, loaded []float64
+	for i, r := range res {
+		t.Logf("process %d: noisy %d done, %d failed; quiet median %.1f ms alone, %.1f ms under the flood; limiter %+v",
+			i, r.NoisyDone, r.NoisyFailed, clusterMedian(r.QuietUnloaded), clusterMedian(r.QuietLoaded), r.Limiter)
+		if r.NoisyDone == 0 {
+			t.Errorf("process %d completed no noisy query: starved", i)
+		}
+		if r.NoisyFailed != 0 {
+			t.Errorf("process %d: %d noisy queries failed, first: %s", i, r.NoisyFailed, r.FirstError)
+		}
+		if r.ClusterLocal != 0 || r.Limiter.FailOpenGrants != 0 || r.Limiter.Errors != 0 || r.Limiter.LostLeases != 0 {
+			t.Errorf("process %d: Redis trouble in a healthy run: %+v", i, r.Limiter)
+		}
+		if r.Limiter.Wakeups == 0 {
+			t.Errorf("process %d: no waiter was woken by a notification", i)
+		}
+		unloaded = append(unloaded, r.QuietUnloaded...)
+		loaded = append(loaded, r.QuietLoaded...)
+	}
+	ratio := clusterMedian(loaded) / clusterMedian(unloaded)
+	t.Logf("quiet tenant: median %.1f ms alone, %.1f ms under the flood (%.2fx)", clusterMedian(unloaded), clusterMedian(loaded), ratio)
+	if ratio > 2 {
+		t.Errorf("the quiet tenant's median latency grew %.2fx under the flood", ratio)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	// Each child closed its pool and limiter before exiting.
+	key := "{" + prefix + ":noisy}:slots"
+	if n, err := rdb.ZCard(context.Background(), key).Result(); err != nil || n != 0 {
+		t.Errorf("ZCARD %s after the children exited = %d, %v; want 0", key, n, err)
+	}
+}
+
+// TestClusterKilledProcessSlotsReturn kills (SIGKILL) a process holding
+// four of a tenant's slots: nothing releases them, and they come back when
+// their leases expire, within the lease TTL plus a renewal interval.
+func TestClusterKilledProcessSlotsReturn(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := "cluster-" + clusterTag()
+	tag := clusterTag()
+	const ttl = 3 * time.Second
+	renewEvery := ttl / 3
+	t.Cleanup(func() { clusterTerminateBackends(t, "tenant=killed tag="+tag) })
+
+	c := startClusterChild(t, clusterRoleEnv+"=hold", clusterRedisEnv+"="+r.Addr, clusterPrefixEnv+"="+prefix,
+		clusterTagEnv+"="+tag, clusterTTLEnv+"="+ttl.String())
+	c.expect("holding")
+
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	lim, err := redislimit.New(redislimit.Config{Client: rdb, Prefix: prefix, LeaseTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lim.Close)
+	p := newPool(t, sharedPG, clusterMaxConns, clusterChildConfig(lim))
+	key := lim.SlotsKey("killed")
+	if n := rdb.ZCard(context.Background(), key).Val(); n != clusterHeldSlots {
+		t.Fatalf("ZCARD %s = %d while the child holds %d", key, n, clusterHeldSlots)
+	}
+
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	// Nothing released them: they are still taken right after the kill.
+	if _, err := lim.AcquireSlot(context.Background(), "killed", clusterNoisyCap, 0); !errors.Is(err, tenantdb.ErrOverLimit) {
+		t.Fatalf("right after the kill: err = %v, want ErrOverLimit", err)
+	}
+	// Requests that may wait get every slot once the leases expire: hold
+	// connections until all four are taken.
+	ctx, cancel := context.WithTimeout(as("killed"), time.Minute)
+	defer cancel()
+	var conns []tenantdb.Conn
+	var first time.Duration
+	for range clusterHeldSlots {
+		conn, err := p.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the killed process's slots: %v", err)
+		}
+		defer conn.Release()
+		if first == 0 {
+			first = time.Since(killed)
+		}
+		conns = append(conns, conn)
+	}
+	all := time.Since(killed)
+	bound := ttl + renewEvery + 2*time.Second // slack for this machine
+	t.Logf("after SIGKILL: the first slot was back after %v, all %d after %v (TTL %v, bound %v)",
+		first.Round(time.Millisecond), clusterHeldSlots, all.Round(time.Millisecond), ttl, bound)
+	if all > bound {
+		t.Errorf("the slots came back after %v, want within %v", all, bound)
+	}
+	if n, err := lim.InUse(context.Background(), "killed"); n != clusterHeldSlots || err != nil {
+		t.Errorf("InUse while this process holds them all = %d, %v; want %d", n, err, clusterHeldSlots)
+	}
+	for _, conn := range conns {
+		if _, err := conn.Exec(context.Background(), "select 1 /* tenant=killed */"); err != nil {
+			t.Errorf("on a slot that came back: %v", err)
+		}
+		conn.Release()
+	}
+	eventually(t, "the slots are released in Redis", func() bool {
+		n, err := lim.InUse(context.Background(), "killed")
+		return err == nil && n == 0
+	})
+	assertNothingHeld(t, p)
+}
+
+// clusterTerminateBackends ends the backends of a killed process (PostgreSQL does
+// not notice a vanished client while it sleeps).
+func clusterTerminateBackends(t *testing.T, marker string) {
+	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(),
+		`select pg_terminate_backend(pid) from pg_stat_activity
+		 where pid <> pg_backend_pid() and strpos(query, $1) > 0`, marker); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestClusterRedisOutage stops the Redis container under load and starts
+// it again, with one pool failing open and one failing closed. During the
+// outage the fail-open pool serves the tenant on its local cap (counted as
+// ClusterLocal) and the fail-closed pool refuses it with ErrUnavailable;
+// after it both use Redis again, and no slot is left taken (the lease TTL
+// is longer than the test, so nothing merely expired).
+func TestClusterRedisOutage(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := "cluster-" + clusterTag()
+	type side struct {
+		name             string
+		lim              *redislimit.Limiter
+		p                *tenantdb.Pool
+		ok, unavail, bad atomic.Int64
+		firstBad         atomic.Value
+	}
+	var sides []*side
+	for _, mode := range []redislimit.Mode{redislimit.FailOpen, redislimit.FailClosed} {
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		lim, err := redislimit.New(redislimit.Config{Client: rdb, Prefix: prefix, Mode: mode, LeaseTTL: 2 * time.Minute,
+			OpTimeout: 300 * time.Millisecond, RecheckEvery: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(lim.Close)
+		p := newPool(t, sharedPG, clusterMaxConns, tenantdb.Config{
+			Plans: map[string]tenantdb.Plan{"p": {MaxConns: 3, MaxWaiting: tenantdb.Unbounded}}, Cluster: lim})
+		sides = append(sides, &side{name: mode.String(), lim: lim, p: p})
+	}
+	open, closed := sides[0], sides[1]
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, s := range sides {
+		for range 4 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					qctx, cancel := context.WithTimeout(tenantdb.WithTenant(ctx, "acme"), 30*time.Second)
+					_, err := s.p.Exec(qctx, "select pg_sleep(0.01)")
+					cancel()
+					switch {
+					case err == nil:
+						s.ok.Add(1)
+					case errors.Is(err, redislimit.ErrUnavailable):
+						s.unavail.Add(1)
+						time.Sleep(time.Millisecond) // a client backing off
+					case ctx.Err() != nil:
+					default:
+						s.bad.Add(1)
+						s.firstBad.CompareAndSwap(nil, err.Error())
+					}
+				}
+			})
+		}
+	}
+	defer func() { stop(); wg.Wait() }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	waitFor("both serve through Redis", func() bool { return open.ok.Load() >= 20 && closed.ok.Load() >= 20 })
+
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("both notice", func() bool { return !open.lim.Stats().Healthy && !closed.lim.Stats().Healthy })
+	openOK, openLocal, closedOK := open.ok.Load(), open.p.Stat().Tenants.ClusterLocal, closed.ok.Load()
+	closedUnavail := closed.unavail.Load()
+	waitFor("fail-open serves locally, fail-closed refuses", func() bool {
+		return open.ok.Load() >= openOK+20 && closed.unavail.Load() >= closedUnavail+20
+	})
+	// Still down: no probe can have succeeded.
+	if got := closed.ok.Load() - closedOK; got != 0 {
+		t.Errorf("fail-closed served %d queries with Redis down", got)
+	}
+	if served, local := open.ok.Load()-openOK, int64(open.p.Stat().Tenants.ClusterLocal-openLocal); local < served {
+		t.Errorf("fail-open served %d queries with Redis down, only %d of them counted ClusterLocal", served, local)
+	}
+	if n := open.unavail.Load(); n != 0 {
+		t.Errorf("fail-open returned ErrUnavailable %d times", n)
+	}
+	if got := closed.p.Stat().Tenants.ClusterErrors; got == 0 {
+		t.Errorf("fail-closed: pool ClusterErrors = 0")
+	}
+
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("both healthy again", func() bool { return open.lim.Stats().Healthy && closed.lim.Stats().Healthy })
+	openLocal, closedOK = open.p.Stat().Tenants.ClusterLocal, closed.ok.Load()
+	openOK = open.ok.Load()
+	waitFor("both serve through Redis again", func() bool {
+		return closed.ok.Load() >= closedOK+20 && open.ok.Load() >= openOK+20
+	})
+	if got := open.p.Stat().Tenants.ClusterLocal - openLocal; got != 0 {
+		t.Errorf("fail-open granted %d local slots after Redis came back", got)
+	}
+	stop()
+	wg.Wait()
+	for _, s := range sides {
+		if n := s.bad.Load(); n != 0 {
+			t.Errorf("%s: %d unexpected errors, first: %v", s.name, n, s.firstBad.Load())
+		}
+		assertNothingHeld(t, s.p)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	key := open.lim.SlotsKey("acme")
+	waitFor("no slot left taken in Redis", func() bool {
+		st0, st1 := open.lim.Stats(), closed.lim.Stats()
+		return rdb.ZCard(context.Background(), key).Val() == 0 &&
+			st0.Held+st0.LocalHeld+st0.PendingReleases+st1.Held+st1.LocalHeld+st1.PendingReleases == 0
+	})
+	for _, s := range sides {
+		t.Logf("%s: %d served, %d refused as unavailable; limiter %+v", s.name, s.ok.Load(), s.unavail.Load(), s.lim.Stats())
+	}
+}
