@@ -166,9 +166,8 @@ min_pool_size = %d
 max_user_connections = %d
 max_db_connections = %d
 server_login_retry = 1
-logfile = %s
 `, db(server), server.Hostname(), server.Port(), db(server), port, filepath.Join(dir, "users.txt"),
-		w.noisyN+w.quietN+50, perTenantCap, perTenantCap, perTenantCap, sharedConns, filepath.Join(dir, "pgbouncer.log"))
+		w.noisyN+w.quietN+50, perTenantCap, perTenantCap, perTenantCap, sharedConns)
 	users := fmt.Sprintf("\"noisy\" \"%s\"\n\"quiet\" \"%s\"\n", password, password)
 	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o644); err != nil {
 		return nil, err
@@ -187,7 +186,12 @@ logfile = %s
 		os.Chmod(dir, 0o777) // for its log file
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stderr = os.Stderr
+	logf, err := os.Create(filepath.Join(dir, "stderr.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child keeps its own descriptor
+	cmd.Stdout, cmd.Stderr = logf, logf // shown only if it fails to start
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -202,7 +206,7 @@ logfile = %s
 		}
 		if time.Now().After(deadline) {
 			b.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			log, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
 			return nil, fmt.Errorf("pgbouncer did not listen on %s: %v\n%s", b.addr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -208,10 +208,12 @@ func chart(path string, rs []result, scale float64) error {
 		return err
 	}
 	p.Add(bu, bl)
+	// Label the bars measured during the flood (the table has the rest):
+	// labels on both bars of a pair would overlap.
 	for _, s := range []struct {
 		vs     plotter.Values
 		offset float64
-	}{{unloaded, -0.5}, {loaded, 0.5}} {
+	}{{loaded, 0.5}} {
 		xys := plotter.XYLabels{XYs: make(plotter.XYs, len(s.vs)), Labels: make([]string, len(s.vs))}
 		for i, v := range s.vs {
 			xys.XYs[i] = plotter.XY{X: float64(i), Y: v * 1.15}
