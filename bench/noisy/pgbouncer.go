@@ -190,7 +190,7 @@ server_login_retry = 1
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close() // the child keeps its own descriptor
+	defer logf.Close()                  // the child keeps its own descriptor
 	cmd.Stdout, cmd.Stderr = logf, logf // shown only if it fails to start
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
