@@ -129,10 +129,7 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		d.Outcome = Acquired
 		return p, nil
 	}
-	if c == nil {
-		c = &contention{}
-		t.wait = c
-	}
+	c = t.contended()
 	w.lease = lease
 	w.stage = stageGlobal
 	c.globalQ.pushBack(w)

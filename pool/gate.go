@@ -158,10 +158,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			return p, nil
 		}
 	}
-	if c == nil {
-		c = &contention{}
-		t.wait = c
-	}
+	c = t.contended()
 	if now == 0 {
 		now = g.nowLocked()
 	}

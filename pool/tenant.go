@@ -49,6 +49,14 @@ type contention struct {
 	inRing, inRes      bool
 }
 
+// contended returns t's contention state, creating it on t's first wait.
+func (t *tenant) contended() *contention {
+	if t.wait == nil {
+		t.wait = &contention{}
+	}
+	return t.wait
+}
+
 // waiting is how many of the tenant's requests wait, at any stage.
 func (t *tenant) waiting() int {
 	if t.wait == nil {
