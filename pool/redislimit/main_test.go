@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
@@ -37,10 +36,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		// The Docker client keeps idle HTTP connections to the engine.
-		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+		if err := tenantdbtest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
 			code = 1
 		}
