@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tenantdb/tenantdb/pool/redislimit"
@@ -140,65 +138,6 @@ func clusterTag() string {
 	return hex.EncodeToString(b[:])
 }
 
-// clusterSampler counts, as often as it can with a short pause, the active
-// backends running queries that contain marker, from a connection of its own.
-type clusterSampler struct {
-	max, samples atomic.Int64
-	stop         chan struct{}
-	done         chan error
-}
-
-func startClusterSampler(t *testing.T, marker string) *clusterSampler {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &clusterSampler{stop: make(chan struct{}), done: make(chan error, 1)}
-	go func() {
-		defer conn.Close(context.Background())
-		for {
-			select {
-			case <-s.stop:
-				s.done <- nil
-				return
-			default:
-			}
-			var n int64
-			err := conn.QueryRow(context.Background(),
-				`select count(*) from pg_stat_activity
-				 where state = 'active' and pid <> pg_backend_pid() and strpos(query, $1) > 0`, marker).Scan(&n)
-			if err != nil {
-				s.done <- err
-				return
-			}
-			s.samples.Add(1)
-			for m := s.max.Load(); n > m && !s.max.CompareAndSwap(m, n); m = s.max.Load() {
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	return s
-}
-
-func (s *clusterSampler) finish(t *testing.T) (maxActive, samples int64) {
-	t.Helper()
-	close(s.stop)
-	if err := <-s.done; err != nil {
-		t.Fatalf("sampler: %v", err)
-	}
-	return s.max.Load(), s.samples.Load()
-}
-
-func clusterMedian(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // clusterFloodPhase runs three flood children: each measures the quiet tenant
 // alone, then floods the noisy tenant (three times its cap in flight) for
 // floodFor while it measures the quiet one again. The sampler watches the
@@ -218,12 +157,12 @@ func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, flo
 	for _, c := range children {
 		c.expect("ready")
 	}
-	sampler := startClusterSampler(t, "tenant=noisy tag="+tag)
+	sampler := startActivitySampler(t, "tenant=noisy tag="+tag)
 	for _, c := range children {
 		c.send("go")
 	}
 	time.Sleep(floodFor) // the scenario's length, not a synchronisation
-	maxActive, samples := sampler.finish(t)
+	maxActive, samples := int64(sampler.stop()), sampler.samples()
 	for _, c := range children {
 		c.send("stop")
 	}
@@ -268,7 +207,7 @@ func TestClusterThreeProcessesShareCap(t *testing.T) {
 	var unloaded, loaded []float64
 	for i, r := range res {
 		t.Logf("process %d: noisy %d done, %d failed; quiet median %.1f ms alone, %.1f ms under the flood; limiter %+v",
-			i, r.NoisyDone, r.NoisyFailed, clusterMedian(r.QuietUnloaded), clusterMedian(r.QuietLoaded), r.Limiter)
+			i, r.NoisyDone, r.NoisyFailed, median(r.QuietUnloaded), median(r.QuietLoaded), r.Limiter)
 		if r.NoisyDone == 0 {
 			t.Errorf("process %d completed no noisy query: starved", i)
 		}
@@ -284,8 +223,8 @@ func TestClusterThreeProcessesShareCap(t *testing.T) {
 		unloaded = append(unloaded, r.QuietUnloaded...)
 		loaded = append(loaded, r.QuietLoaded...)
 	}
-	ratio := clusterMedian(loaded) / clusterMedian(unloaded)
-	t.Logf("quiet tenant: median %.1f ms alone, %.1f ms under the flood (%.2fx)", clusterMedian(unloaded), clusterMedian(loaded), ratio)
+	ratio := median(loaded) / median(unloaded)
+	t.Logf("quiet tenant: median %.1f ms alone, %.1f ms under the flood (%.2fx)", median(unloaded), median(loaded), ratio)
 	if ratio > 2 {
 		t.Errorf("the quiet tenant's median latency grew %.2fx under the flood", ratio)
 	}
@@ -307,7 +246,7 @@ func TestClusterKilledProcessSlotsReturn(t *testing.T) {
 	tag := clusterTag()
 	const ttl = 3 * time.Second
 	renewEvery := ttl / 3
-	t.Cleanup(func() { clusterTerminateBackends(t, "tenant=killed tag="+tag) })
+	t.Cleanup(func() { terminateBackends(t, "tenant=killed tag="+tag) })
 
 	c := startClusterChild(t, clusterRoleEnv+"=hold", clusterRedisEnv+"="+r.Addr, clusterPrefixEnv+"="+prefix,
 		clusterTagEnv+"="+tag, clusterTTLEnv+"="+ttl.String())
@@ -374,22 +313,6 @@ func TestClusterKilledProcessSlotsReturn(t *testing.T) {
 	assertNothingHeld(t, p)
 }
 
-// clusterTerminateBackends ends the backends of a killed process (PostgreSQL does
-// not notice a vanished client while it sleeps).
-func clusterTerminateBackends(t *testing.T, marker string) {
-	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(),
-		`select pg_terminate_backend(pid) from pg_stat_activity
-		 where pid <> pg_backend_pid() and strpos(query, $1) > 0`, marker); err != nil {
-		t.Error(err)
-	}
-}
-
 // TestClusterRedisOutage stops the Redis container under load and starts
 // it again, with one pool failing open and one failing closed. During the
 // outage the fail-open pool serves the tenant on its local cap (counted as
@@ -447,25 +370,15 @@ func TestClusterRedisOutage(t *testing.T) {
 		}
 	}
 	defer func() { stop(); wg.Wait() }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s", what)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	waitFor("both serve through Redis", func() bool { return open.ok.Load() >= 20 && closed.ok.Load() >= 20 })
+	eventually(t, "both serve through Redis", func() bool { return open.ok.Load() >= 20 && closed.ok.Load() >= 20 })
 
 	if err := r.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("both notice", func() bool { return !open.lim.Stats().Healthy && !closed.lim.Stats().Healthy })
+	eventually(t, "both notice", func() bool { return !open.lim.Stats().Healthy && !closed.lim.Stats().Healthy })
 	openOK, openLocal, closedOK := open.ok.Load(), open.p.Stat().Tenants.ClusterLocal, closed.ok.Load()
 	closedUnavail := closed.unavail.Load()
-	waitFor("fail-open serves locally, fail-closed refuses", func() bool {
+	eventually(t, "fail-open serves locally, fail-closed refuses", func() bool {
 		return open.ok.Load() >= openOK+20 && closed.unavail.Load() >= closedUnavail+20
 	})
 	// Still down: no probe can have succeeded.
@@ -485,10 +398,10 @@ func TestClusterRedisOutage(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("both healthy again", func() bool { return open.lim.Stats().Healthy && closed.lim.Stats().Healthy })
+	eventually(t, "both healthy again", func() bool { return open.lim.Stats().Healthy && closed.lim.Stats().Healthy })
 	openLocal, closedOK = open.p.Stat().Tenants.ClusterLocal, closed.ok.Load()
 	openOK = open.ok.Load()
-	waitFor("both serve through Redis again", func() bool {
+	eventually(t, "both serve through Redis again", func() bool {
 		return closed.ok.Load() >= closedOK+20 && open.ok.Load() >= openOK+20
 	})
 	if got := open.p.Stat().Tenants.ClusterLocal - openLocal; got != 0 {
@@ -506,7 +419,7 @@ func TestClusterRedisOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer rdb.Close()
 	key := open.lim.SlotsKey("acme")
-	waitFor("no slot left taken in Redis", func() bool {
+	eventually(t, "no slot left taken in Redis", func() bool {
 		st0, st1 := open.lim.Stats(), closed.lim.Stats()
 		return rdb.ZCard(context.Background(), key).Val() == 0 &&
 			st0.Held+st0.LocalHeld+st0.PendingReleases+st1.Held+st1.LocalHeld+st1.PendingReleases == 0

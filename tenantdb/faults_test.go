@@ -19,21 +19,7 @@ import (
 // carries marker, once it is running.
 func terminate(t *testing.T, marker string) {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	eventually(t, "the query runs", func() bool {
-		var n int
-		err := conn.QueryRow(context.Background(),
-			`select count(pg_terminate_backend(pid)) from pg_stat_activity
-			 where query like '%' || $1 || '%' and state <> 'idle' and pid <> pg_backend_pid()`, marker).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	eventually(t, "the query runs", func() bool { return terminateBackends(t, marker) > 0 })
 }
 
 func TestKilledBackendReleasesItsSlot(t *testing.T) {

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,12 +43,6 @@ func timed(db execer, tenant string, sleep time.Duration) (time.Duration, error)
 	return time.Since(start), err
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // unloadedMedian is the quiet tenant's median with nobody else around.
 func unloadedMedian(t *testing.T, db execer) time.Duration {
 	t.Helper()
@@ -77,7 +69,7 @@ type floodResult struct {
 // pg_stat_activity for the noisy tenant's active backends meanwhile.
 func flood(t *testing.T, db execer) floodResult {
 	t.Helper()
-	sampler := startActivitySampler(t, "noisy")
+	sampler := startActivitySampler(t, "tenant=noisy ")
 	var r floodResult
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -124,56 +116,6 @@ func flood(t *testing.T, db execer) floodResult {
 	wg.Wait()
 	r.maxNoisyActive = sampler.stop()
 	return r
-}
-
-// activitySampler polls pg_stat_activity on a connection of its own.
-type activitySampler struct {
-	stopc chan struct{}
-	done  chan struct{}
-	max   atomic.Int64
-	now   atomic.Int64
-}
-
-func startActivitySampler(t *testing.T, tenant string) *activitySampler {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &activitySampler{stopc: make(chan struct{}), done: make(chan struct{})}
-	pattern := "%tenant=" + tenant + " %"
-	go func() {
-		defer close(s.done)
-		defer conn.Close(context.Background())
-		for {
-			var n int64
-			err := conn.QueryRow(context.Background(),
-				`select count(*) from pg_stat_activity where state = 'active' and query like $1 and pid <> pg_backend_pid()`,
-				pattern).Scan(&n)
-			if err != nil {
-				t.Errorf("sampler: %v", err)
-				return
-			}
-			s.now.Store(n)
-			if n > s.max.Load() {
-				s.max.Store(n)
-			}
-			select {
-			case <-s.stopc:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	return s
-}
-
-func (s *activitySampler) current() int { return int(s.now.Load()) }
-
-func (s *activitySampler) stop() int {
-	close(s.stopc)
-	<-s.done
-	return int(s.max.Load())
 }
 
 // warm opens every connection of a pool up front, so that connection set-up

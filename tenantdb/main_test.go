@@ -83,10 +83,11 @@ func assertNothingHeld(t testing.TB, p *tenantdb.Pool) {
 	eventually(t, "no shared connection is acquired", func() bool { return p.Stat().AcquiredConns() == 0 })
 }
 
-// eventually polls a probe until it holds.
+// eventually polls a probe until it holds. The deadline only matters when a
+// test fails; it is long enough for a container to stop and start again.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
