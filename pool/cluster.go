@@ -59,12 +59,12 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 	var lease ClusterLease
 	err := ctx.Err()
 	if err == nil {
-		lease, err = g.cluster.AcquireSlot(ctx, t.id, limit, maxWait)
+		lease, err = g.acquireSlot(ctx, w, limit, maxWait)
 	}
 
 	g.mu.Lock()
 	now := g.nowLocked()
-	w.clusterWait = now - start
+	w.clusterWait += now - start
 	d.ClusterWait = time.Duration(w.clusterWait)
 	t.clusterPending--
 	if err == nil && g.closed {
@@ -105,6 +105,7 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 			err = fmt.Errorf("pool: cluster slot for tenant %q: %w", t.id, err)
 		}
 		g.promoteLocked(t) // the tenant slot it held is free
+		g.dispatchLocked() // for a promoted request that kept its cluster lease
 		if t.isIdle() {
 			g.markIdleLocked(t, now)
 		}
@@ -117,8 +118,22 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		d.ClusterLocal = true
 		g.clusterLocal++
 	}
-	c := t.wait
-	if (c == nil || c.globalQ.n == 0) && g.grantableLocked(t) {
+	c := t.contended()
+	if t.held() >= t.limit {
+		// The tenant's cap was cut while the cluster was asked: the slot
+		// this request held is gone. It goes back to the front of the line
+		// for the cap, keeping its cluster lease, so that it needs no second
+		// round trip when a slot frees.
+		w.lease, w.stage, w.promoted = lease, stageCap, 0
+		c.capQ.pushFront(w)
+		var maxWait time.Duration
+		if mw := t.plan.MaxWait; mw > 0 {
+			maxWait = max(time.Duration(w.enqueued+int64(mw)-now), time.Nanosecond)
+		}
+		g.mu.Unlock()
+		return g.wait(ctx, w, maxWait, d)
+	}
+	if c.globalQ.n == 0 && g.grantableLocked(t) {
 		g.takeLocked(t)
 		p := g.newPermitLocked(t)
 		p.s.start, p.s.weight, p.s.lease = now, 1, lease
@@ -129,11 +144,36 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		d.Outcome = Acquired
 		return p, nil
 	}
-	c = t.contended()
 	w.lease = lease
 	w.stage = stageGlobal
 	c.globalQ.pushBack(w)
 	g.fixLinesLocked(t)
 	g.mu.Unlock()
 	return g.wait(ctx, w, 0, d)
+}
+
+// acquireSlot asks Config.Cluster for w's cluster slot. Should the limiter
+// panic, the tenant slot and the waiting count that w holds are given back
+// before the panic goes on to the caller.
+func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait time.Duration) (ClusterLease, error) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		g.mu.Lock()
+		t := w.t
+		t.clusterPending--
+		w.stage = stageDone
+		g.waiting--
+		g.promoteLocked(t)
+		g.dispatchLocked()
+		if t.isIdle() {
+			g.markIdleLocked(t, g.nowLocked())
+		}
+		g.mu.Unlock()
+	}()
+	lease, err := g.cluster.AcquireSlot(ctx, w.t.id, limit, maxWait)
+	returned = true
+	return lease, err
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ type memCluster struct {
 	failWith error          // guarded by mu
 	local    bool           // guarded by mu
 	leases   int            // guarded by mu: outstanding
+	delay    time.Duration  // each AcquireSlot first sleeps up to this long, as a round trip would; set before use
 }
 
 func newMemCluster() *memCluster {
@@ -48,6 +50,9 @@ func (l *memLease) Release() {
 }
 
 func (c *memCluster) AcquireSlot(ctx context.Context, tenant string, limit int, maxWait time.Duration) (ClusterLease, error) {
+	if c.delay > 0 {
+		time.Sleep(rand.N(c.delay)) // the round trip, not synchronisation
+	}
 	var timeout <-chan time.Time
 	if maxWait > 0 {
 		timer := time.NewTimer(maxWait)
@@ -103,12 +108,7 @@ func TestClusterCapacityNotHeldWhileAsking(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "slow"); done <- err }()
-	for { // probe: slow waits for a cluster slot
-		if s, _ := g.TenantStats("slow"); s.Waiting == 1 {
-			break
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "slow waits for a cluster slot", func() bool { s, _ := g.TenantStats("slow"); return s.Waiting == 1 })
 	a, b := acquire(t, g, "other"), acquire(t, g, "other")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -187,9 +187,7 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
-	for mc.outstanding() != 2 || g.Stats().Waiting != 1 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "b holds a lease and waits", func() bool { return mc.outstanding() == 2 && g.Stats().Waiting == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -206,9 +204,7 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 		}
 		done <- err
 	}()
-	for g.Stats().Waiting != 1 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
 	p.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -216,9 +212,7 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 	// Waiters failed by Close give their leases back.
 	p = acquire(t, g, "a")
 	go func() { _, err := g.Acquire(context.Background(), "c"); done <- err }()
-	for mc.outstanding() != 2 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "c holds a lease", func() bool { return mc.outstanding() == 2 })
 	g.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatal(err)

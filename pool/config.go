@@ -99,7 +99,7 @@ type Config struct {
 	MaxTenantIDLen int
 
 	// MaxReserved bounds the sum of reservations in force, so that some
-	// capacity always stays shared. Default Capacity/2. At most Capacity.
+	// capacity always stays shared. Default Capacity/2. Below Capacity.
 	MaxReserved int
 
 	// MaxRetryAfter bounds OverLimitError.RetryAfter. Default 30 seconds.
@@ -135,8 +135,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxReserved == 0 {
 		c.MaxReserved = c.Capacity / 2
 	}
-	if c.MaxReserved < 0 || c.MaxReserved > c.Capacity {
-		return c, fmt.Errorf("%w: MaxReserved %d must be from 0 to Capacity %d", ErrInvalidConfig, c.MaxReserved, c.Capacity)
+	if c.MaxReserved < 0 || c.MaxReserved >= c.Capacity && c.MaxReserved > 0 {
+		return c, fmt.Errorf("%w: MaxReserved %d must be from 0 to below Capacity %d, so that some capacity stays shared",
+			ErrInvalidConfig, c.MaxReserved, c.Capacity)
 	}
 	if len(c.Plans) == 0 {
 		c.Plans = map[string]Plan{defaultPlanName: {MaxConns: max(1, c.Capacity/2)}}

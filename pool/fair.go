@@ -3,9 +3,16 @@ package pool
 // The fair global gate. Requests that hold a tenant slot and wait for global
 // capacity sit in their tenant's globalQ. Tenants with such requests form a
 // ring that is served in weighted round-robin order: the tenant under the
-// cursor gets up to its plan's Weight grants in a row, then the cursor moves
+// cursor gets up to its plan's Weight grants in a turn, then the cursor moves
 // on. A tenant with one waiter and one with a thousand therefore alternate
 // (weights aside), instead of being served first come, first served.
+//
+// A tenant whose globalQ empties leaves the ring, but while it is still
+// backlogged (requests wait for its own cap, or for the cluster) it keeps the
+// credit left in its turn, and on its return it resumes that turn at the
+// cursor. Without this, a tenant whose own cap lets only one request at a time
+// reach the global queue would leave the ring after every grant and lose its
+// weight: weights would hold only for tenants with caps above their share.
 //
 // Reservations come before the ring. A tenant below its reservation with a
 // waiting request is in the reserved line, which is served first; and no
@@ -14,39 +21,59 @@ package pool
 // tenants for capacity kept for it.
 
 // fairRing is a circular list of tenants with global waiters plus a cursor.
+// Each tenant's credit (grants left in its turn) is in its contention state.
 type fairRing struct {
 	cursor *tenant // nil when the ring is empty
-	credit int     // grants left for the cursor in this turn
 }
 
-// add puts t at the end of the round, just before the cursor.
+// add puts t in the ring: at the cursor when it resumes an interrupted turn,
+// else at the end of the round, just before the cursor.
 func (r *fairRing) add(t *tenant) {
 	c := t.wait
 	c.inRing = true
 	if r.cursor == nil {
 		c.ringPrev, c.ringNext = t, t
-		r.cursor, r.credit = t, t.plan.weight
+		r.cursor = t
+		if c.credit <= 0 {
+			c.credit = t.plan.weight
+		}
 		return
 	}
 	last := r.cursor.wait.ringPrev
 	c.ringPrev, c.ringNext = last, r.cursor
 	last.wait.ringNext = t
 	r.cursor.wait.ringPrev = t
+	if c.credit > 0 {
+		r.cursor = t // the cursor's own turn goes on after t's, credit intact
+	}
 }
 
-func (r *fairRing) remove(t *tenant) {
+// remove takes t out of the ring. It keeps its credit when backlogged says it
+// will be back.
+func (r *fairRing) remove(t *tenant, backlogged bool) {
 	c := t.wait
 	c.inRing = false
+	if !backlogged {
+		c.credit = 0
+	}
 	if c.ringNext == t {
-		r.cursor, r.credit = nil, 0
+		r.cursor = nil
 	} else {
 		c.ringPrev.wait.ringNext = c.ringNext
 		c.ringNext.wait.ringPrev = c.ringPrev
 		if r.cursor == t {
-			r.cursor, r.credit = c.ringNext, c.ringNext.plan.weight
+			r.turnTo(c.ringNext)
 		}
 	}
 	c.ringPrev, c.ringNext = nil, nil
+}
+
+// turnTo moves the cursor to t, starting a turn unless t has one left.
+func (r *fairRing) turnTo(t *tenant) {
+	r.cursor = t
+	if c := t.wait; c.credit <= 0 {
+		c.credit = t.plan.weight
+	}
 }
 
 // next returns the tenant whose turn it is and uses one of its credits, or
@@ -55,11 +82,10 @@ func (r *fairRing) next() *tenant {
 	if r.cursor == nil {
 		return nil
 	}
-	if r.credit <= 0 {
-		r.cursor = r.cursor.wait.ringNext
-		r.credit = r.cursor.plan.weight
+	if r.cursor.wait.credit <= 0 {
+		r.turnTo(r.cursor.wait.ringNext)
 	}
-	r.credit--
+	r.cursor.wait.credit--
 	return r.cursor
 }
 
@@ -108,7 +134,7 @@ func (g *Gate) fixLinesLocked(t *tenant) {
 		if inRing {
 			g.ring.add(t)
 		} else {
-			g.ring.remove(t)
+			g.ring.remove(t, c.capQ.n > 0 || t.clusterPending > 0)
 		}
 	}
 	if inRes := c.globalQ.n > 0 && t.inUse < t.reserved; inRes != c.inRes {

@@ -101,7 +101,14 @@ func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
 		p.s.ctx = tctx // only this goroutine knows p yet
 	}
 	d.Err = err
+	ended := false
+	defer func() {
+		if !ended {
+			p.Release() // TraceAcquireEnd panicked: nobody will ever hold p
+		}
+	}()
 	g.tracer.TraceAcquireEnd(tctx, g, d)
+	ended = true
 	return p, err
 }
 
@@ -133,24 +140,35 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if t.idleList != notIdle {
 		g.unidleLocked(t)
 	}
-	if t.reserved < min(t.plan.ReservedConns, t.limit) {
+	if t.planVersion != t.plan.version {
+		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
+	} else if t.reserved < min(t.plan.ReservedConns, t.limit) {
 		g.reserveLocked(t) // a reservation that did not fit may fit now
+		g.dispatchLocked() // and its waiters may go first now
 	}
 	d.Plan, d.Limit, d.InUse = t.plan.name, t.limit, t.inUse
 
 	c := t.wait
-	if g.cluster == nil && (c == nil || c.capQ.n == 0 && c.globalQ.n == 0) {
+	var capQueued int // requests of t waiting for its cap
+	if c != nil {
+		capQueued = c.capQ.n
+	}
+	if g.cluster == nil && capQueued == 0 && (c == nil || c.globalQ.n == 0) {
 		if t.inUse < t.limit && g.grantableLocked(t) {
 			// The fast path: nobody of this tenant waits, its cap and global
 			// capacity have room. Hold time is measured on one permit in 16
-			// (all when traced), because reading the clock costs more than
-			// the rest of this path.
+			// (all when traced or with a Lookup, which read the clock anyway),
+			// because reading the clock costs more than the rest of this path.
 			g.takeLocked(t)
 			p := g.newPermitLocked(t)
+			g.sampleTick++
+			sample := g.sampleTick%holdSampleEvery == 0
 			if now != 0 {
 				p.s.start, p.s.weight = now, 1
-			} else if g.sampleTick++; g.sampleTick%holdSampleEvery == 0 {
+			} else if sample {
 				p.s.start, p.s.weight = g.nowLocked(), holdSampleEvery
+			}
+			if sample {
 				g.sweepLocked(p.s.start, sweepBudget)
 			}
 			g.mu.Unlock()
@@ -158,26 +176,11 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			return p, nil
 		}
 	}
-	c = t.contended()
-	if now == 0 {
-		now = g.nowLocked()
-	}
-	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
-	if t.held() < t.limit && c.capQ.n == 0 {
-		if g.cluster != nil {
-			// A tenant slot is free here; the cluster must agree.
-			w.stage, w.promoted = stageCluster, now
-			t.clusterPending++
-			g.waiting++
-			g.mu.Unlock()
-			return g.clusterStep(ctx, w, d)
-		}
-		d.Position = c.globalQ.n + 1
-		w.stage, w.promoted = stageGlobal, now
-		c.globalQ.pushBack(w)
-		g.fixLinesLocked(t)
-	} else {
-		if mw := t.plan.MaxWaiting; mw != Unbounded && c.capQ.n >= mw {
+	withinCap := t.held() < t.limit && capQueued == 0
+	if !withinCap {
+		// Decided before anything is allocated or the clock read: a tenant
+		// flooding past its cap is exactly when rejections must be cheap.
+		if mw := t.plan.MaxWaiting; mw != Unbounded && capQueued >= mw {
 			err := &OverLimitError{Tenant: id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t)}
 			t.rejected++
 			g.totals.rejected++
@@ -185,15 +188,33 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			d.Outcome = Rejected
 			return Permit{}, err
 		}
+	}
+	c = t.contended()
+	if now == 0 {
+		now = g.nowLocked()
+	}
+	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
+	var maxWait time.Duration
+	switch {
+	case withinCap && g.cluster != nil:
+		// A tenant slot is free here; the cluster must agree.
+		w.stage, w.promoted = stageCluster, now
+		t.clusterPending++
+		g.waiting++
+		g.mu.Unlock()
+		return g.clusterStep(ctx, w, d)
+	case withinCap:
+		d.Position = c.globalQ.n + 1
+		w.stage, w.promoted = stageGlobal, now
+		c.globalQ.pushBack(w)
+		g.fixLinesLocked(t)
+	default:
 		d.Position = c.globalQ.n + c.capQ.n + 1
 		w.stage = stageCap
 		c.capQ.pushBack(w)
-	}
-	g.waiting++
-	var maxWait time.Duration
-	if w.stage == stageCap {
 		maxWait = t.plan.MaxWait
 	}
+	g.waiting++
 	g.mu.Unlock()
 	return g.wait(ctx, w, maxWait, d)
 }
@@ -205,9 +226,19 @@ const (
 	sweepBudget = 16
 )
 
-// grantHook, when set (by tests), is called under the lock before every
-// grant, to check invariants at the moment they matter.
-var grantHook func(g *Gate, t *tenant)
+// adminBatch is how many tenants an administrative operation (SetPlan,
+// EvictIdle, AppendTenantStats) handles per hold of the lock, so that after a
+// flood of tenants admissions still get the lock between batches.
+const adminBatch = 1024
+
+// Test hooks. grantHook, when set, is called under the lock before every
+// grant, to check invariants at the moment they matter; adminBatchHook between
+// the batches of an administrative operation, unlocked; wakeIgnoredHook when a
+// waiter woke to a signal that changed nothing for it.
+var (
+	grantHook                       func(g *Gate, t *tenant)
+	adminBatchHook, wakeIgnoredHook func()
+)
 
 // takeLocked counts one permit granted to t.
 func (g *Gate) takeLocked(t *tenant) {

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -85,4 +86,61 @@ func BenchmarkParallel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkRejection measures a rejected Acquire against an uncontended
+// acquire+release in the same run: rejections come by the thousand exactly
+// when a noisy tenant floods, so they must cost no more than a grant.
+func BenchmarkRejection(b *testing.B) {
+	ctx := context.Background()
+	newGate := func(b *testing.B, maxWaiting int) *pool.Gate {
+		g, err := pool.New(pool.Config{Capacity: 20, Plans: map[string]pool.Plan{"p": {MaxConns: 1, MaxWaiting: maxWaiting}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(g.Close)
+		return g
+	}
+	b.Run("Uncontended", func(b *testing.B) {
+		g := newGate(b, 0)
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := g.Acquire(ctx, "acme")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		}
+	})
+	b.Run("AtCap", func(b *testing.B) { // MaxWaiting 0: over the cap is rejected
+		g := newGate(b, 0)
+		held, _ := g.Acquire(ctx, "acme")
+		defer held.Release()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := g.Acquire(ctx, "acme"); err == nil {
+				b.Fatal("not rejected")
+			}
+		}
+	})
+	b.Run("QueueFull", func(b *testing.B) { // MaxWaiting 1, and one waits
+		g := newGate(b, 1)
+		held, _ := g.Acquire(ctx, "acme")
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _, _ = g.Acquire(wctx, "acme"); close(done) }()
+		for g.Stats().Waiting != 1 {
+			runtime.Gosched()
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := g.Acquire(ctx, "acme"); err == nil {
+				b.Fatal("not rejected")
+			}
+		}
+		b.StopTimer()
+		cancel()
+		<-done
+		held.Release()
+	})
 }

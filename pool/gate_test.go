@@ -124,7 +124,7 @@ func TestBoundedQueue(t *testing.T) {
 	if r1.err != nil {
 		t.Fatal(r1.err)
 	}
-	assertPending(t, w2) // FIFO: w2 still waits behind w1's permit
+	assertPending(t, w2, g, "acme", 1) // FIFO: w2 still waits behind w1's permit
 	r1.p.Release()
 	r2 := recv(t, w2)
 	if r2.err != nil {
@@ -181,7 +181,7 @@ func TestMaxWaitDoesNotBoundGlobalWait(t *testing.T) {
 	ch := acquireAsync(context.Background(), g, "acme")
 	eventually(t, "acme waits", waitingIs(g, 1))
 	time.Sleep(50 * time.Millisecond) // ten MaxWaits pass (time passing, not synchronisation)
-	assertPending(t, ch)
+	assertPending(t, ch, g, "acme", 1)
 	held.Release()
 	r := recv(t, ch)
 	if r.err != nil {
@@ -373,7 +373,7 @@ func TestRuntimeLimitChanges(t *testing.T) {
 	eventually(t, "waiting", tenantWaitingIs(g, "acme", 1))
 	for _, p := range []pool.Permit{a, b, r1.p} {
 		p.Release()
-		assertPending(t, w3) // still at or above the new cap of 1
+		assertPending(t, w3, g, "acme", 1) // still at or above the new cap of 1
 	}
 	r2.p.Release() // now 0 in use: w3 may go
 	r3 := recv(t, w3)
@@ -417,7 +417,7 @@ func TestCutDemotesRequestsWaitingForGlobalCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Release() // global capacity frees, but acme is at its new cap
-	assertPending(t, w)
+	assertPending(t, w, g, "acme", 1)
 	if s, _ := g.TenantStats("acme"); s.InUse != 1 {
 		t.Fatalf("acme InUse = %d above its cap of 1", s.InUse)
 	}
@@ -427,4 +427,31 @@ func TestCutDemotesRequestsWaitingForGlobalCapacity(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	r.p.Release()
+}
+
+func TestRejectionAllocatesOnlyTheError(t *testing.T) {
+	for _, maxWaiting := range []int{0, 1} {
+		g := mustNew(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"p": {MaxConns: 1, MaxWaiting: maxWaiting}}})
+		held := mustAcquire(t, g, "acme")
+		ctx, cancel := context.WithCancel(context.Background())
+		var queued <-chan result
+		if maxWaiting == 1 {
+			queued = acquireAsync(ctx, g, "acme")
+			eventually(t, "one request queued", waitingIs(g, 1))
+		}
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, err := g.Acquire(context.Background(), "acme"); !errors.Is(err, pool.ErrOverLimit) {
+				t.Fatalf("err = %v, want a rejection", err)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("MaxWaiting %d: a rejection allocates %.0f times, want at most 1 (the error)", maxWaiting, allocs)
+		}
+		cancel()
+		if queued != nil {
+			recv(t, queued)
+		}
+		held.Release()
+		assertDrained(t, g)
+	}
 }

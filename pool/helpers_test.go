@@ -75,9 +75,14 @@ func recv(t testing.TB, ch <-chan result) result {
 	}
 }
 
-// assertPending fails the test if ch already has a result.
-func assertPending(t testing.TB, ch <-chan result) {
+// assertPending fails the test if the request behind ch was granted or
+// failed. It asks the Gate, which counts a grant under its lock the moment it
+// is made, rather than only ch, which the waiter's goroutine fills later.
+func assertPending(t testing.TB, ch <-chan result, g *pool.Gate, id string, waiting int) {
 	t.Helper()
+	if s, _ := g.TenantStats(id); s.Waiting != waiting {
+		t.Fatalf("expected %d of %s's requests to wait, the Gate has %d", waiting, id, s.Waiting)
+	}
 	select {
 	case r := <-ch:
 		t.Fatalf("expected the request to wait, got permit=%v err=%v", r.p != (pool.Permit{}), r.err)

@@ -54,6 +54,9 @@ func (g *Gate) markIdleLocked(t *tenant, now int64) {
 	if t.idleList != notIdle {
 		return
 	}
+	if t.wait != nil {
+		t.wait.credit = 0 // a turn in the fair ring does not outlive the backlog
+	}
 	if now != 0 {
 		t.idleSince, t.idleList = now, inIdle
 		g.idle.pushBack(t)
@@ -74,8 +77,9 @@ func (g *Gate) unidleLocked(t *tenant) {
 }
 
 // sweepLocked stamps unstamped idle tenants and evicts expired ones, looking at
-// no more than budget tenants of each kind.
-func (g *Gate) sweepLocked(now int64, budget int) {
+// no more than budget tenants of each kind. It reports whether it stopped for
+// the budget with work left.
+func (g *Gate) sweepLocked(now int64, budget int) (more bool) {
 	for i := 0; i < budget && g.fresh.head != nil; i++ {
 		t := g.fresh.head
 		g.fresh.remove(t)
@@ -86,10 +90,11 @@ func (g *Gate) sweepLocked(now int64, budget int) {
 	for i := 0; i < budget; i++ {
 		t := g.idle.head
 		if t == nil || now-t.idleSince < ttl {
-			return
+			return g.fresh.head != nil
 		}
 		g.evictLocked(t)
 	}
+	return true
 }
 
 // evictLocked forgets an idle tenant.
@@ -126,21 +131,39 @@ func (g *Gate) makeRoomLocked(now int64) bool {
 
 // EvictIdle removes every tenant that has been idle for Config.IdleTTL or
 // longer and returns how many it removed. Tenants that went idle since the last
-// sweep are stamped now and removed by a later call. Unlike the sweeps on the
-// request path it is not bounded: it takes the lock for time proportional to
-// the idle tenants, so call it from a background ticker, not per request.
+// sweep are stamped now and removed by a later call. It works adminBatch
+// tenants per hold of the lock, so admissions go on while it clears a flood of
+// idle tenants; call it from a background ticker, not per request.
 func (g *Gate) EvictIdle() int {
+	evicted := 0
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	before := g.evicted
-	g.sweepLocked(g.nowLocked(), g.fresh.n+g.idle.n)
+	// Bounded by the tenants there are now, so tenants going idle meanwhile
+	// cannot keep it running.
+	rounds := (g.fresh.n+g.idle.n)/adminBatch + 1
+	now := g.nowLocked()
+	for {
+		before := g.evicted
+		more := g.sweepLocked(now, adminBatch)
+		evicted += int(g.evicted - before)
+		if rounds--; !more || rounds < 0 {
+			break
+		}
+		g.mu.Unlock()
+		if adminBatchHook != nil {
+			adminBatchHook()
+		}
+		g.mu.Lock()
+	}
 	g.shrinkLocked()
-	return int(g.evicted - before)
+	g.mu.Unlock()
+	return evicted
 }
 
 // shrinkLocked rebuilds the tenants map once it holds under a quarter of its
 // peak: Go maps never give back their buckets, so after a flood of tenants has
-// been evicted the empty map would otherwise keep the flood's memory.
+// been evicted the empty map would otherwise keep the flood's memory. The
+// copy is of the remaining quarter at most; forEachTenant copes with the map
+// being replaced under it.
 func (g *Gate) shrinkLocked() {
 	n := len(g.tenants)
 	if n > g.tenantsPeak {

@@ -31,27 +31,54 @@ func (g *Gate) SetTenantLimit(tenantID string, n int) error {
 }
 
 // SetPlan adds a plan or changes one at runtime; tenants on it take the new
-// limits, weight and reservation at once, as SetTenantLimit describes. It
-// takes the lock for time proportional to the tracked tenants: it is for
+// limits, weight and reservation as SetTenantLimit describes: a tenant's next
+// request sees them at once, and tenants already waiting are re-served here.
+// It visits every tracked tenant, adminBatch of them per hold of the lock, so
+// admissions go on meanwhile even with 100,000 tenants tracked; it is for
 // administrative changes, not per request.
 func (g *Gate) SetPlan(name string, p Plan) error {
 	if err := p.validate(name, g.capacity, g.cfg.MaxReserved); err != nil {
 		return err
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	ps := g.plans[name]
 	if ps == nil {
 		g.plans[name] = newPlanState(name, p)
+		g.mu.Unlock()
 		return nil
 	}
 	ps.Plan, ps.weight = p, max(1, p.Weight)
-	for _, t := range g.tenants {
-		if t.plan == ps {
+	ps.version++
+	g.mu.Unlock()
+	g.forEachTenant(func(t *tenant) {
+		if t.plan == ps && t.planVersion != ps.version {
 			g.applyLimitLocked(t)
 		}
-	}
+	})
 	return nil
+}
+
+// forEachTenant calls f, under the lock, for every tenant tracked for the
+// whole call, releasing the lock after every adminBatch tenants. Tenants
+// created meanwhile may or may not be visited; tenants evicted meanwhile are
+// not.
+func (g *Gate) forEachTenant(f func(t *tenant)) {
+	g.mu.Lock()
+	m, i := g.tenants, 0
+	for id, t := range m { // Go maps may be changed during a range; the lock orders every access
+		if g.tenants[id] != t {
+			continue // evicted while the lock was released (m may be a replaced map)
+		}
+		f(t)
+		if i++; i%adminBatch == 0 {
+			g.mu.Unlock()
+			if adminBatchHook != nil {
+				adminBatchHook()
+			}
+			g.mu.Lock()
+		}
+	}
+	g.mu.Unlock()
 }
 
 // InvalidateTenant drops tenantID's cached Lookup answer, so that its next
@@ -75,6 +102,7 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 		limit = o
 	}
 	t.limit = limit
+	t.planVersion = t.plan.version
 	g.demoteLocked(t)
 	g.reserveLocked(t)
 	g.promoteLocked(t)

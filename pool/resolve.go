@@ -24,7 +24,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 		}
 		g.mu.Unlock()
 		var err error
-		answer, err = g.cfg.Lookup(ctx, id)
+		answer, err = g.lookup(ctx, id, stale)
 		g.mu.Lock()
 		if stale != nil {
 			stale.refreshing = false
@@ -67,4 +67,21 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
 	g.applyLimitLocked(t)
 	return t, nil
+}
+
+// lookup calls Config.Lookup, unlocked. Should Lookup panic, stale's refresh
+// is marked over before the panic goes on to the caller, so that the next
+// request asks again.
+func (g *Gate) lookup(ctx context.Context, id string, stale *tenant) (Tenant, error) {
+	returned := false
+	defer func() {
+		if !returned && stale != nil {
+			g.mu.Lock()
+			stale.refreshing = false
+			g.mu.Unlock()
+		}
+	}()
+	answer, err := g.cfg.Lookup(ctx, id)
+	returned = true
+	return answer, err
 }

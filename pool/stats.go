@@ -67,18 +67,23 @@ func (g *Gate) TenantStats(tenantID string) (TenantStats, bool) {
 	if t == nil {
 		return TenantStats{Tenant: tenantID}, false
 	}
+	if t.planVersion != t.plan.version {
+		g.applyLimitLocked(t)
+	}
 	return t.statsLocked(), true
 }
 
-// AppendTenantStats appends a snapshot of every tracked tenant to dst. It takes
-// the lock for time proportional to the tracked tenants: call it at metric
-// collection intervals, not per request.
+// AppendTenantStats appends a snapshot of every tracked tenant to dst. It
+// visits the tenants adminBatch at a time, releasing the lock in between, so
+// each tenant's snapshot is consistent but they are not all taken at the same
+// instant. Call it at metric collection intervals, not per request.
 func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, t := range g.tenants {
+	g.forEachTenant(func(t *tenant) {
+		if t.planVersion != t.plan.version {
+			g.applyLimitLocked(t)
+		}
 		dst = append(dst, t.statsLocked())
-	}
+	})
 	return dst
 }
 

@@ -14,9 +14,19 @@ import (
 // cancellations, deadlines, double releases and runtime limit changes, and
 // checks at every grant that no tenant goes above its cap and the total stays
 // within capacity. At the end nothing may be in use or waiting.
+//
+// The cluster variants put a ClusterLimiter stage in front of global capacity;
+// in the slow one each cluster answer takes up to half a millisecond, so that
+// limits change while many requests are between their tenant slot and the
+// cluster's answer (the interleaving that once granted above a lowered cap).
 func TestStressInvariants(t *testing.T) {
 	t.Run("local", func(t *testing.T) { stress(t, nil) })
 	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster()) })
+	t.Run("slow-cluster", func(t *testing.T) {
+		mc := newMemCluster()
+		mc.delay = 500 * time.Microsecond
+		stress(t, mc)
+	})
 }
 
 func stress(t *testing.T, mc *memCluster) {

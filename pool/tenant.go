@@ -8,9 +8,10 @@ import (
 // planState is a configured plan. Tenants point at it, so SetPlan can change a
 // plan for all its tenants in place.
 type planState struct {
-	name   string
-	Plan       // guarded by Gate.mu
-	weight int // guarded by Gate.mu: Plan.Weight, 0 made 1
+	name    string
+	Plan           // guarded by Gate.mu
+	weight  int    // guarded by Gate.mu: Plan.Weight, 0 made 1
+	version uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
 }
 
 // tenant is the state of one tracked tenant. It is kept small (about 150
@@ -31,6 +32,7 @@ type tenant struct {
 
 	idleList           uint8   // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied  bool    // guarded by Gate.mu: its reservation did not fit; counted once
+	planVersion        uint32  // guarded by Gate.mu: the plan's version its limits were computed from
 	refreshing         bool    // guarded by Gate.mu: a Lookup refresh is under way
 	idlePrev, idleNext *tenant // guarded by Gate.mu
 	idleSince          int64   // guarded by Gate.mu: clock when stamped idle
@@ -45,6 +47,7 @@ type contention struct {
 	globalQ waitQueue // requests holding a tenant slot, waiting for global capacity
 
 	ringPrev, ringNext *tenant // in the fair ring while globalQ is not empty
+	credit             int     // grants left in the tenant's turn in the ring; kept while it is backlogged
 	resPrev, resNext   *tenant // in the reserved line while globalQ is not empty and inUse < reserved
 	inRing, inRes      bool
 }

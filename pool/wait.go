@@ -16,10 +16,12 @@ func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *Tr
 		timeout = timer.C
 	}
 	for {
+		timedOut := false
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 		case <-timeout:
+			timedOut = true
 		}
 		g.mu.Lock()
 		t := w.t
@@ -39,6 +41,7 @@ func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *Tr
 			// hand a permit to a caller that has gone.
 			t.acquired--
 			g.totals.acquired--
+			w.permit.s.start = 0 // never held: its ~0 hold must not count in RetryAfter's average
 			_, _, _, lease = g.releaseLocked(w.permit.s)
 		} else if w.stage == stageCluster {
 			// Promoted to a tenant slot: the cluster must agree before
@@ -46,11 +49,17 @@ func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *Tr
 			g.mu.Unlock()
 			return g.clusterStep(ctx, w, d)
 		} else if ctx.Err() == nil {
-			if w.stage == stageGlobal {
-				// MaxWait bounds only the wait for the tenant's own cap; this
-				// request now holds a tenant slot and waits for global capacity.
-				timeout = nil
+			if !timedOut || w.stage == stageGlobal {
+				// A leftover wake changes nothing. MaxWait bounds only the
+				// wait for the tenant's own cap: a request that now holds a
+				// tenant slot and waits for global capacity waits on.
+				if timedOut {
+					timeout = nil
+				}
 				g.mu.Unlock()
+				if !timedOut && wakeIgnoredHook != nil {
+					wakeIgnoredHook()
+				}
 				continue
 			}
 			now := g.nowLocked()
