@@ -67,9 +67,7 @@ func TestBusyTenantsAreNotEvicted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "waiter"); done <- err }()
-	for g.Stats().Waiting != 1 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
 	for range 3 {
 		clock.advance(time.Hour)
 		g.EvictIdle()
@@ -131,9 +129,7 @@ func TestEvictingReservedTenantFreesItsReservation(t *testing.T) {
 	s1 := acquire(t, g, "std")
 	done := make(chan Permit, 1)
 	go func() { p, _ := g.Acquire(context.Background(), "std"); done <- p }()
-	for g.Stats().Waiting != 1 { // the last free unit is ent's
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "one request waits: the last free unit is ent's", func() bool { return g.Stats().Waiting == 1 })
 	clock.advance(2 * time.Minute)
 	g.EvictIdle() // stamps ent
 	clock.advance(2 * time.Minute)
@@ -191,9 +187,7 @@ func TestGrantRacingCancellationIsGivenBack(t *testing.T) {
 		}
 		done <- err
 	}()
-	for g.Stats().Waiting != 1 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
 	g.mu.Lock()
 	cancel()
 	g.releaseLocked(holder.s) // grants b's waiter under the same lock
@@ -225,9 +219,7 @@ func TestGrantRacingCancellationManyTimes(t *testing.T) {
 			}
 			done <- err
 		}()
-		for g.Stats().Waiting != 1 {
-			time.Sleep(10 * time.Microsecond)
-		}
+		waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); holder.Release() }()
@@ -254,9 +246,7 @@ func TestCloseKeepsIdleListsIntact(t *testing.T) {
 	held := acquire(t, g, "a")
 	done := make(chan Permit, 1)
 	go func() { p, _ := g.Acquire(context.Background(), "b"); done <- p }()
-	for g.Stats().Waiting != 1 {
-		time.Sleep(50 * time.Microsecond)
-	}
+	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
 	held.Release()
 	(<-done).Release() // b waited once, and is idle now
 	g.Close()
