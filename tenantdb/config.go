@@ -52,7 +52,8 @@ type Config struct {
 	// MaxTenantIDLen is the longest accepted tenant ID, in bytes. Default 128.
 	MaxTenantIDLen int
 
-	// MaxReserved bounds the reservations in force. Default MaxConns/2.
+	// MaxReserved bounds the reservations in force, so that some capacity
+	// stays shared. Default MaxConns/2; it must be below MaxConns.
 	MaxReserved int
 
 	// MaxRetryAfter bounds OverLimitError.RetryAfter. Default 30 seconds.
