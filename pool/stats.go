@@ -1,6 +1,9 @@
 package pool
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // TenantStats is a snapshot of one tracked tenant.
 type TenantStats struct {
@@ -78,6 +81,10 @@ func (g *Gate) TenantStats(tenantID string) (TenantStats, bool) {
 // each tenant's snapshot is consistent but they are not all taken at the same
 // instant. Call it at metric collection intervals, not per request.
 func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
+	g.mu.Lock()
+	n := len(g.tenants)
+	g.mu.Unlock()
+	dst = slices.Grow(dst, n) // grown unlocked: copying a growing slice under the lock stalls admissions
 	g.forEachTenant(func(t *tenant) {
 		if t.planVersion != t.plan.version {
 			g.applyLimitLocked(t)
