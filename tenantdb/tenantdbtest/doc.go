@@ -37,22 +37,12 @@
 // # Ryuk
 //
 // testcontainers-go normally starts a reaper container (Ryuk) that removes
-// leftover containers when the test process dies. Its image must come from
-// a registry, which our CI does not have, so importing this package sets
-// TESTCONTAINERS_RYUK_DISABLED=true unless the variable is already set (set
-// it to false to keep Ryuk where it can be pulled). Every container started
-// here is terminated by t.Cleanup or by Terminate instead; a test process
-// killed before its cleanups run leaves its containers behind (they carry
-// the label org.testcontainers=true).
+// leftover containers when the test process dies. This package leaves that
+// choice to the caller: where the reaper's image cannot be pulled (no
+// container registry, as in our CI), set TESTCONTAINERS_RYUK_DISABLED=true
+// before the test binary starts; this repository's Makefile and .ci/run do.
+// Every container started here is terminated by t.Cleanup or by Terminate
+// either way; with the reaper off, a test process killed before its
+// cleanups run leaves its containers behind (they carry the label
+// org.testcontainers=true).
 package tenantdbtest
-
-import "os"
-
-func init() {
-	// Must happen before testcontainers-go reads its configuration, which
-	// it does once, lazily, on first use: package initialisation comes
-	// before any caller can start a container.
-	if _, ok := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !ok {
-		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
-	}
-}
