@@ -29,44 +29,13 @@ func TestWeightedFairShares(t *testing.T) {
 			return pool.Tenant{}, nil
 		},
 	})
-	const total = 4000
-	var grants [3]atomic.Int64
-	var all atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, id := range []string{"a", "b", "c"} {
-		for range 5 { // more workers than the cap, so each tenant always has requests waiting
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				for all.Load() < total {
-					p, err := g.Acquire(ctx, id)
-					if err != nil {
-						if ctx.Err() == nil {
-							t.Errorf("tenant %s: %v", id, err)
-						}
-						return
-					}
-					grants[i].Add(1)
-					all.Add(1)
-					time.Sleep(20 * time.Microsecond) // hold it, so that the gate stays saturated
-					p.Release()
-				}
-				cancel()
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	sum := float64(grants[0].Load() + grants[1].Load() + grants[2].Load())
+	// More workers than the cap, so each tenant always has requests waiting.
+	grants := saturate(t, g, []string{"a", "b", "c"}, 5, 4000)
+	sum := float64(grants[0] + grants[1] + grants[2])
 	for i, want := range []float64{0.25, 0.25, 0.5} {
-		got := float64(grants[i].Load()) / sum
+		got := float64(grants[i]) / sum
 		if math.Abs(got-want)/want > 0.10 {
-			t.Errorf("tenant %d got %.3f of grants, want %.3f ±10%% (grants %v %v %v)",
-				i, got, want, grants[0].Load(), grants[1].Load(), grants[2].Load())
+			t.Errorf("tenant %d got %.3f of grants, want %.3f ±10%% (grants %v)", i, got, want, grants)
 		}
 	}
 	assertDrained(t, g)
@@ -86,41 +55,10 @@ func TestWeightsHoldWhateverTheCaps(t *testing.T) {
 			return pool.Tenant{Plan: id}, nil
 		},
 	})
-	const total = 2000
-	var grants [2]atomic.Int64
-	var all atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, id := range []string{"heavy", "light"} {
-		for range 3 { // both stay backlogged behind their caps of 1
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				for all.Load() < total {
-					p, err := g.Acquire(ctx, id)
-					if err != nil {
-						if ctx.Err() == nil {
-							t.Errorf("tenant %s: %v", id, err)
-						}
-						return
-					}
-					grants[i].Add(1)
-					all.Add(1)
-					time.Sleep(20 * time.Microsecond) // hold it, so that the gate stays saturated
-					p.Release()
-				}
-				cancel()
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	ratio := float64(grants[0].Load()) / float64(grants[1].Load())
+	grants := saturate(t, g, []string{"heavy", "light"}, 3, 2000) // both stay backlogged behind their caps of 1
+	ratio := float64(grants[0]) / float64(grants[1])
 	if math.Abs(ratio-3)/3 > 0.10 {
-		t.Errorf("heavy:light = %.2f (%d:%d), want 3 ±10%%", ratio, grants[0].Load(), grants[1].Load())
+		t.Errorf("heavy:light = %.2f (%d:%d), want 3 ±10%%", ratio, grants[0], grants[1])
 	}
 	assertDrained(t, g)
 }
@@ -280,4 +218,47 @@ func TestReservationsInForceNeverExceedMaxReserved(t *testing.T) {
 	}
 	// A denied tenant still works, sharing the unreserved capacity.
 	mustAcquire(t, g, "ent-2").Release()
+}
+
+// saturate keeps g busy with workers goroutines per tenant, each acquiring,
+// holding briefly and releasing, until total grants were made; it returns the
+// grants each tenant got, in the order of ids.
+func saturate(t *testing.T, g *pool.Gate, ids []string, workers, total int64) []int64 {
+	t.Helper()
+	grants := make([]atomic.Int64, len(ids))
+	var all atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, id := range ids {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for all.Load() < total {
+					p, err := g.Acquire(ctx, id)
+					if err != nil {
+						if ctx.Err() == nil {
+							t.Errorf("tenant %s: %v", id, err)
+						}
+						return
+					}
+					grants[i].Add(1)
+					all.Add(1)
+					time.Sleep(20 * time.Microsecond) // hold it, so that the gate stays saturated
+					p.Release()
+				}
+				cancel()
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	out := make([]int64, len(ids))
+	for i := range grants {
+		out[i] = grants[i].Load()
+	}
+	return out
 }
