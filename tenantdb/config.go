@@ -73,6 +73,12 @@ type Config struct {
 	// connection. Default nil: caps are per process, so a tenant's effective
 	// cap is its plan's MaxConns times the number of processes.
 	Cluster pool.ClusterLimiter
+
+	// Session sets per-tenant session state on each connection before a
+	// tenant's call uses it (a setting for row-level security policies, a
+	// search_path), and restores the defaults for calls without a tenant.
+	// Default: none, at no cost. See Session.
+	Session Session
 }
 
 func (c Config) gateConfig(capacity int) pool.Config {

@@ -36,6 +36,9 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if pgxCfg == nil {
 		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
 	}
+	if err := cfg.Session.validate(); err != nil {
+		return nil, fmt.Errorf("tenantdb: %w", err)
+	}
 	gate, err := pool.New(cfg.gateConfig(int(pgxCfg.MaxConns)))
 	if err != nil {
 		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
@@ -47,6 +50,9 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		} else {
 			pgxCfg.ConnConfig.Tracer = qt
 		}
+	}
+	if cfg.Session.enabled() {
+		newSessionSetup(cfg.Session).install(pgxCfg)
 	}
 	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
 	if err != nil {
