@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -201,4 +202,56 @@ func BenchmarkTracing(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSessionState is the cost of tenantdb.Config.Session: the round
+// trip that sets a tenant's session state on each acquire. Each iteration
+// runs Exec("select 1") once on a pool without it and once on each pool with
+// it, in turn, so that the machine's drift falls on all alike; the metrics
+// are each pool's time per Exec.
+func BenchmarkSessionState(b *testing.B) {
+	ctx := tenantdb.WithTenant(context.Background(), "acme")
+	variants := []struct {
+		name    string
+		session tenantdb.Session
+	}{
+		{"off", tenantdb.Session{}},
+		{"setting", tenantdb.Session{TenantSetting: "app.tenant_id"}},
+		{"setting+search_path", tenantdb.Session{
+			TenantSetting: "app.tenant_id",
+			SearchPath:    func(id string) []string { return []string{"tenant_" + id, "public"} },
+		}},
+	}
+	pools := make([]*tenantdb.Pool, len(variants))
+	for i, v := range variants {
+		cfg := plans
+		cfg.Session = v.session
+		p, err := tenantdb.New(context.Background(), pgxConfig(b), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		for range 2 { // warm: connect, and prepare the setup statement
+			if _, err := p.Exec(ctx, "select 1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pools[i] = p
+	}
+	spent := make([]time.Duration, len(variants))
+	n := 0
+	for b.Loop() {
+		for i, p := range pools {
+			start := time.Now()
+			if _, err := p.Exec(ctx, "select 1"); err != nil {
+				b.Fatal(err)
+			}
+			spent[i] += time.Since(start)
+		}
+		n++
+	}
+	for i, v := range variants {
+		b.ReportMetric(float64(spent[i].Nanoseconds())/float64(n), v.name+"-ns/exec")
+	}
+	b.ReportMetric(0, "ns/op")
 }
