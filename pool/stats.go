@@ -103,3 +103,20 @@ func (t *tenant) statsLocked() TenantStats {
 		AvgHold: time.Duration(t.avgHold),
 	}
 }
+
+// Plans returns a copy of the plans in force (as configured and changed by
+// SetPlan) and the name of the default plan. It copies every plan under the
+// lock: call it for reports, not per request.
+func (g *Gate) Plans() (plans map[string]Plan, defaultPlan string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	plans = make(map[string]Plan, len(g.plans))
+	for name, ps := range g.plans {
+		plans[name] = ps.Plan
+	}
+	return plans, g.defaultPlan.name
+}
+
+// MaxReserved returns Config.MaxReserved with its default applied: the most
+// global capacity the reservations in force may keep.
+func (g *Gate) MaxReserved() int { return g.cfg.MaxReserved }

@@ -2,6 +2,7 @@ package tenantdb
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/tenantdb/tenantdb/pool"
@@ -79,6 +80,16 @@ type Config struct {
 	// search_path), and restores the defaults for calls without a tenant.
 	// Default: none, at no cost. See Session.
 	Session Session
+
+	// TypicalActiveTenants is how many tenants you expect to be busy at the
+	// same moment. With it, New checks that that many tenants at the default
+	// plan's cap fit in MaxConns (the guide's sizing check) and logs a
+	// warning if not; Capacity reports it. Default 0: not checked.
+	TypicalActiveTenants int
+
+	// Logger receives New's sizing warnings (see Capacity). Default nil:
+	// slog.Default(); slog.New(slog.DiscardHandler) silences them.
+	Logger *slog.Logger
 }
 
 func (c Config) gateConfig(capacity int) pool.Config {

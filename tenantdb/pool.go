@@ -21,6 +21,8 @@ type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate
 
+	typicalActive int // Config.TypicalActiveTenants, for Capacity
+
 	closeOnce sync.Once
 	stop      chan struct{}
 	swept     sync.WaitGroup
@@ -38,6 +40,10 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	}
 	if err := cfg.Session.validate(); err != nil {
 		return nil, fmt.Errorf("tenantdb: %w", err)
+	}
+	if cfg.TypicalActiveTenants < 0 {
+		return nil, fmt.Errorf("tenantdb: %w: TypicalActiveTenants must not be negative, got %d",
+			pool.ErrInvalidConfig, cfg.TypicalActiveTenants)
 	}
 	gate, err := pool.New(cfg.gateConfig(int(pgxCfg.MaxConns)))
 	if err != nil {
@@ -59,7 +65,8 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		gate.Close()
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
-	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{})}
+	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
+	p.warnCapacity(cfg)
 	idleTTL := cfg.IdleTTL
 	if idleTTL <= 0 {
 		idleTTL = 5 * time.Minute
@@ -136,16 +143,43 @@ func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 	return f(c)
 }
 
-// Ping acquires a connection for the tenant in ctx and pings the server. For
-// a health check that should not count against any tenant, use
-// Pgxpool().Ping.
+// Ping checks that the server answers. With a tenant in ctx it is that
+// tenant's call, taking one of its slots like every other. Without one it is
+// a health check: it takes no tenant slot (so no tenant's cap can reject it)
+// but a connection of the shared pool, within MaxConns like everything else.
+// A tenant that is in ctx but empty or malformed still fails with
+// ErrNoTenant. ctx governs the waits and the ping.
 func (p *Pool) Ping(ctx context.Context) error {
+	if _, ok := TenantFrom(ctx); !ok {
+		select {
+		case <-p.stop:
+			return ErrClosed
+		default:
+		}
+		return p.pg.Ping(ctx)
+	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return err
 	}
 	defer permit.Release()
 	return p.pg.Ping(ctx)
+}
+
+// AcquireAllIdle acquires every idle connection of the shared pool at once,
+// for maintenance and keep-alive work, as pgxpool.Pool.AcquireAllIdle. The
+// connections are taken on no tenant's behalf: any tenant in ctx is ignored,
+// they hold no tenant slot, and with Config.Session their state is the
+// defaults. The tenant gate does not count them, so while they are held,
+// admitted calls wait for pgxpool's connections (within their contexts):
+// release each soon. ctx is passed to the session setup, if any.
+func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
+	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
+	conns := make([]Conn, len(idle))
+	for i, c := range idle {
+		conns[i] = Conn{c: c} // the zero Permit's Release does nothing
+	}
+	return conns
 }
 
 // Pgxpool returns the shared pgxpool. Calls made on it directly bypass the

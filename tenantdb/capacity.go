@@ -1,0 +1,145 @@
+package tenantdb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// Capacity is the sizing check of a Pool: whether the caps of the tenants that
+// are busy at the same moment fit in the shared pool's MaxConns, as the guide
+// asks ("the configured limits, multiplied by typical concurrent tenants, fit
+// within the global capacity"). Oversubscription is normal, since not every
+// tenant is busy at once; the check is for the typical moment.
+type Capacity struct {
+	// MaxConns is the shared pool's limit, which every tenant shares.
+	MaxConns int
+	// MaxReserved is the most connections the reservations in force may
+	// keep (Config.MaxReserved with its default).
+	MaxReserved int
+	// DefaultPlan is the plan of tenants Lookup places on none.
+	DefaultPlan string
+	// Plans are the plans in force, sorted by name.
+	Plans []PlanCapacity
+
+	// TypicalActiveTenants is Config.TypicalActiveTenants (0: not given).
+	// TypicalDemand is the connections they may hold at once: that many
+	// tenants at the default plan's cap.
+	TypicalActiveTenants, TypicalDemand int
+
+	// ActiveTenants counts the tenants holding or waiting for a connection
+	// now; ActiveDemand adds up their caps.
+	ActiveTenants, ActiveDemand int
+
+	// Warnings say where the configuration fails the check, one sentence
+	// each; none when it passes.
+	Warnings []string
+}
+
+// PlanCapacity is one plan as the sizing check sees it.
+type PlanCapacity struct {
+	Name                            string
+	MaxConns, ReservedConns, Weight int
+	// TenantsToFill is how many busy tenants of the plan take every shared
+	// connection between them: MaxConns of the pool over the plan's, rounded
+	// up. At 1, one tenant can hold them all.
+	TenantsToFill int
+}
+
+// Capacity returns the sizing check for the plans in force and the tenants
+// busy now. It visits every tracked tenant (in batches, not under one lock
+// hold): call it for reports and health pages, not per request.
+func (p *Pool) Capacity() Capacity {
+	c := p.staticCapacity()
+	for _, t := range p.gate.AppendTenantStats(nil) {
+		if t.InUse > 0 || t.Waiting > 0 {
+			c.ActiveTenants++
+			c.ActiveDemand += t.Limit
+		}
+	}
+	return c
+}
+
+// staticCapacity is the part of Capacity that depends on the configuration
+// only; New logs its warnings.
+func (p *Pool) staticCapacity() Capacity {
+	plans, def := p.gate.Plans()
+	c := Capacity{
+		MaxConns:             p.gate.Capacity(),
+		MaxReserved:          p.gate.MaxReserved(),
+		DefaultPlan:          def,
+		TypicalActiveTenants: p.typicalActive,
+	}
+	reserving := 0
+	for name, pl := range plans {
+		c.Plans = append(c.Plans, PlanCapacity{
+			Name: name, MaxConns: pl.MaxConns, ReservedConns: pl.ReservedConns, Weight: max(1, pl.Weight),
+			TenantsToFill: (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
+		})
+		if pl.ReservedConns > 0 {
+			reserving++
+		}
+	}
+	slices.SortFunc(c.Plans, func(a, b PlanCapacity) int { return strings.Compare(a.Name, b.Name) })
+	for _, pl := range c.Plans {
+		if pl.TenantsToFill == 1 && (reserving == 0 || reserving == 1 && pl.ReservedConns > 0) {
+			c.Warnings = append(c.Warnings, fmt.Sprintf(
+				"plan %q: one busy tenant can hold all %d shared connections (its cap is %d) and no other plan reserves any; lower its cap or give the other plans ReservedConns",
+				pl.Name, c.MaxConns, pl.MaxConns))
+		}
+	}
+	if c.TypicalActiveTenants > 0 {
+		c.TypicalDemand = c.TypicalActiveTenants * plans[def].MaxConns
+		if c.TypicalDemand > c.MaxConns {
+			c.Warnings = append(c.Warnings, fmt.Sprintf(
+				"%d typically active tenants at the %q plan's cap of %d may hold %d connections, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
+				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, c.MaxConns))
+		}
+	}
+	return c
+}
+
+// ServerCapacity compares what the processes sharing one PostgreSQL server
+// may open with what it accepts.
+type ServerCapacity struct {
+	// MaxConnections is the server's max_connections less
+	// superuser_reserved_connections: what ordinary roles may open.
+	MaxConnections int
+	// Processes is how many processes were said to run this pool;
+	// Demand is Processes × MaxConns.
+	Processes, Demand int
+}
+
+// Fits reports whether Demand fits in MaxConnections.
+func (s ServerCapacity) Fits() bool { return s.Demand <= s.MaxConnections }
+
+// CheckServer asks the server for max_connections (on a shared connection,
+// counted against no tenant) and compares it with processes × MaxConns, the
+// connections that many processes running this pool may open. ctx governs
+// the query. Leave room for your other clients too.
+func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerCapacity, error) {
+	if processes < 1 {
+		return ServerCapacity{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)
+	}
+	s := ServerCapacity{Processes: processes, Demand: processes * p.gate.Capacity()}
+	err := p.pg.QueryRow(withoutTenant(ctx),
+		"select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int").
+		Scan(&s.MaxConnections)
+	if err != nil {
+		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
+	}
+	return s, nil
+}
+
+// warnCapacity logs the static sizing warnings at New.
+func (p *Pool) warnCapacity(cfg Config) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	for _, w := range p.staticCapacity().Warnings {
+		logger.Warn("tenantdb: sizing: " + w)
+	}
+}
