@@ -24,4 +24,11 @@
 // Tx commits or rolls back, until BatchResults are closed, until a Conn is
 // released. Every path releases it, including errors, cancelled contexts,
 // broken connections and panics in AcquireFunc callbacks.
+//
+// With [Config.Session], each connection is also set up for the tenant that
+// acquires it (a setting that row-level security policies read, a
+// search_path), on every acquire, so no call sees another tenant's session
+// state. Work done on no tenant's behalf uses [Pool.Pgxpool], a Ping without a
+// tenant (a health check) or [Pool.AcquireAllIdle]. [Pool.Capacity] is the
+// sizing check: the caps of the tenants busy at once against MaxConns.
 package tenantdb

@@ -60,3 +60,30 @@ func Example_httpHandler() {
 	}
 	// Output: 429 1
 }
+
+// With Session, each connection is set up for the tenant that acquires it,
+// so PostgreSQL's row-level security policies filter every query. Connect as
+// a role without SUPERUSER or BYPASSRLS, and give the tables a policy:
+//
+//	alter table orders enable row level security;
+//	alter table orders force row level security;
+//	create policy tenant_isolation on orders
+//		using (tenant_id = current_setting('app.tenant_id', true));
+func ExampleSession() {
+	pgxCfg, _ := pgxpool.ParseConfig("postgres://app@127.0.0.1:5432/app")
+	p, err := tenantdb.New(context.Background(), pgxCfg, tenantdb.Config{
+		Session: tenantdb.Session{
+			TenantSetting: "app.tenant_id",
+			// Optional: a schema per tenant, then the shared tables.
+			SearchPath: func(id string) []string { return []string{"tenant_" + id, "public"} },
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+
+	// Sees acme's orders only, whichever connection it gets.
+	var n int
+	_ = p.QueryRow(tenantdb.WithTenant(context.Background(), "acme"), "select count(*) from orders").Scan(&n)
+}
