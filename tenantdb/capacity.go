@@ -17,8 +17,9 @@ type Capacity struct {
 	// MaxConns is the shared pool's limit, which every tenant shares.
 	MaxConns int
 	// MaxReserved is the most connections the reservations in force may
-	// keep (Config.MaxReserved with its default).
-	MaxReserved int
+	// keep (Config.MaxReserved with its default); Reserved is what they
+	// keep now.
+	MaxReserved, Reserved int
 	// DefaultPlan is the plan of tenants Lookup places on none.
 	DefaultPlan string
 	// Plans are the plans in force, sorted by name.
@@ -53,6 +54,7 @@ type PlanCapacity struct {
 // hold): call it for reports and health pages, not per request.
 func (p *Pool) Capacity() Capacity {
 	c := p.staticCapacity()
+	c.Reserved = p.gate.Stats().Reserved
 	for _, t := range p.gate.AppendTenantStats(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++

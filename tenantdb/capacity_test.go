@@ -79,7 +79,7 @@ func TestCapacityReport(t *testing.T) {
 	})
 	t.Run("active tenants now", func(t *testing.T) {
 		p, _ := newLazyPool(t, 20, tenantdb.Config{
-			Plans:       map[string]tenantdb.Plan{"free": {MaxConns: 2}, "standard": {MaxConns: 5}},
+			Plans:       map[string]tenantdb.Plan{"free": {MaxConns: 2}, "standard": {MaxConns: 5, ReservedConns: 1}},
 			DefaultPlan: "free",
 			Lookup: func(_ context.Context, id string) (tenantdb.Tenant, error) {
 				if id == "acme" {
@@ -100,6 +100,9 @@ func TestCapacityReport(t *testing.T) {
 		c := p.Capacity()
 		if c.ActiveTenants != 2 || c.ActiveDemand != 5+2 {
 			t.Fatalf("active %d tenants with caps adding up to %d; want 2 and 7", c.ActiveTenants, c.ActiveDemand)
+		}
+		if c.Reserved != 1 {
+			t.Fatalf("Reserved = %d, want acme's 1", c.Reserved)
 		}
 		for _, permit := range held {
 			permit.Release()

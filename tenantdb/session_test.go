@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,6 +75,11 @@ grant select, insert on tenant_a.items, tenant_b.items, tenant_a.uploads, tenant
 
 func newRLSPool(t *testing.T, dsn string, maxConns int32, searchPath func(string) []string) *tenantdb.Pool {
 	t.Helper()
+	return newRLSPoolWith(t, dsn, maxConns, tenantdb.Plan{MaxConns: 1}, searchPath)
+}
+
+func newRLSPoolWith(t *testing.T, dsn string, maxConns int32, plan tenantdb.Plan, searchPath func(string) []string) *tenantdb.Pool {
+	t.Helper()
 	pcfg := pgxConfig(t, sharedPG, maxConns)
 	app, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -81,7 +90,7 @@ func newRLSPool(t *testing.T, dsn string, maxConns int32, searchPath func(string
 		searchPath = func(id string) []string { return []string{"tenant_" + id, "public"} }
 	}
 	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
-		Plans: map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+		Plans: map[string]tenantdb.Plan{"std": plan},
 		Session: tenantdb.Session{
 			TenantSetting: "app.tenant_id",
 			SearchPath:    searchPath,
@@ -378,4 +387,47 @@ func TestSessionRejectsBadSettingName(t *testing.T) {
 			t.Errorf("TenantSetting %q: err = %v, want ErrInvalidConfig", name, err)
 		}
 	}
+}
+
+// TestSessionStateUnderCancellation cancels calls at random moments, some
+// during the session setup itself, on two shared connections: every call that
+// succeeds saw its own tenant's rows only, and nothing is held afterwards.
+func TestSessionStateUnderCancellation(t *testing.T) {
+	p := newRLSPoolWith(t, setupRLS(t), 2, tenantdb.Plan{MaxConns: 1, MaxWaiting: 200}, nil)
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := []string{"a", "b"}[i%2]
+			ctx, cancel := context.WithTimeout(as(tenant), time.Duration(rand.IntN(200_000))*time.Microsecond)
+			defer cancel()
+			var tenants []string
+			var item string
+			var err error
+			if i%3 == 0 {
+				err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error { return tx.QueryRow(ctx, probe).Scan(&tenants, &item) })
+			} else {
+				err = p.QueryRow(ctx, probe).Scan(&tenants, &item)
+			}
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			ok.Add(1)
+			if want := wantProbe[tenant]; !slices.Equal(tenants, want.tenants) || item != want.item {
+				t.Errorf("%s saw rows of %v and items %q", tenant, tenants, item)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d succeeded, %d failed", ok.Load(), failed.Load())
+	if ok.Load() == 0 || failed.Load() == 0 {
+		t.Fatal("the storm should both cancel calls and let some finish")
+	}
+	assertNothingHeld(t, p)
+	readAs(t, p, "a")
+	readAs(t, p, "b")
+	assertNothingHeld(t, p)
 }
