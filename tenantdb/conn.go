@@ -34,7 +34,8 @@ func (c Conn) Release() {
 
 // Hijack takes the connection out of the shared pool; the caller must close
 // it. The tenant's slot is returned at once, since the pool no longer counts
-// the connection.
+// the connection. With Config.Session it keeps the tenant's session state:
+// nothing resets it, since it never returns to the pool.
 func (c Conn) Hijack() *pgx.Conn {
 	conn := c.c.Hijack() // a later Release of c is then a no-op for pgxpool
 	c.permit.Release()
