@@ -68,10 +68,15 @@ func (s Session) validate() error {
 	return nil
 }
 
-// sessionSetup is the statement and hook that set a connection's state.
+// sessionSetup is the statements and hook that set a connection's state.
 type sessionSetup struct {
 	cfg Session
-	sql string
+	sql string // for a tenant, with parameters
+	// reset restores the defaults for acquires without a tenant: constant
+	// statements, sent in one round trip by the simple protocol (pgx uses it
+	// for an Exec without arguments). RESET search_path is much cheaper than
+	// reading the default from pg_settings, which scans every setting.
+	reset string
 }
 
 func newSessionSetup(cfg Session) *sessionSetup {
@@ -88,7 +93,15 @@ func newSessionSetup(cfg Session) *sessionSetup {
 		parts = append(parts, fmt.Sprintf("set_config('search_path', coalesce($%d::text, "+
 			"(select reset_val from pg_settings where name = 'search_path')), false)", n))
 	}
-	return &sessionSetup{cfg: cfg, sql: "select " + strings.Join(parts, ", ")}
+	var reset []string
+	if cfg.TenantSetting != "" {
+		// validate allowed only letters, digits, _, $ and dots: safe in a literal.
+		reset = append(reset, "select set_config('"+cfg.TenantSetting+"', '', false)")
+	}
+	if cfg.SearchPath != nil {
+		reset = append(reset, "reset search_path")
+	}
+	return &sessionSetup{cfg: cfg, sql: "select " + strings.Join(parts, ", "), reset: strings.Join(reset, "; ")}
 }
 
 // args returns the setup's arguments for tenant ("" for none).
@@ -142,11 +155,15 @@ func (s *sessionSetup) searchPath(tenant string) (schemas []string, err error) {
 // in ctx, the acquiring call's context, and governs the round trip with it.
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	tenant, _ := TenantFrom(ctx)
-	args, err := s.args(tenant)
-	if err != nil {
-		return false, err
+	sql, args := s.reset, []any(nil)
+	if tenant != "" {
+		var err error
+		if args, err = s.args(tenant); err != nil {
+			return false, err
+		}
+		sql = s.sql
 	}
-	if _, err := conn.Exec(ctx, s.sql, args...); err != nil {
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		if conn.IsClosed() && ctx.Err() == nil {
 			return false, nil // a broken connection: pgxpool tries another
 		}
