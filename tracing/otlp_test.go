@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tenantdb/tenantdb/tracing"
 )
@@ -56,6 +57,79 @@ func TestSetupOTLPRejectsBadConfig(t *testing.T) {
 	} {
 		if _, _, err := tracing.SetupOTLP(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tracing: ") {
 			t.Errorf("SetupOTLP(%+v): %v", cfg, err)
+		}
+	}
+}
+
+// TestStartOTLPExportsMetricsToo sends a span and a metric to an in-process
+// OTLP/HTTP receiver given as a URL: spans must reach /v1/traces and
+// metrics /v1/metrics, and Shutdown must flush both.
+func TestStartOTLPExportsMetricsToo(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		paths = map[string]int{}
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths[r.URL.Path]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+
+	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{
+		Endpoint: srv.URL, Protocol: "http", ServiceName: "svc", MetricInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Options()) != 2 {
+		t.Fatalf("Options: %d, want a tracer and a meter provider", len(o.Options()))
+	}
+	_, span := o.TracerProvider.Tracer("test").Start(context.Background(), "op")
+	span.End()
+	c, err := o.MeterProvider.Meter("test").Int64Counter("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 1)
+	if err := o.Shutdown(context.Background()); err != nil { // flushes both
+		t.Fatalf("shutdown: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if paths["/v1/traces"] != 1 || paths["/v1/metrics"] != 1 || len(paths) != 2 {
+		t.Fatalf("receiver got %v, want one export each to /v1/traces and /v1/metrics", paths)
+	}
+}
+
+// TestStartOTLPEitherSignalOff: NoTraces and NoMetrics leave the provider
+// nil, and turning both off is an error rather than a setup that does nothing.
+func TestStartOTLPEitherSignalOff(t *testing.T) {
+	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{NoTraces: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.TracerProvider != nil || o.MeterProvider == nil {
+		t.Errorf("NoTraces: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
+	}
+	_ = o.Shutdown(context.Background())
+	o, err = tracing.StartOTLP(context.Background(), tracing.OTLPConfig{NoMetrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.TracerProvider == nil || o.MeterProvider != nil {
+		t.Errorf("NoMetrics: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
+	}
+	_ = o.Shutdown(context.Background())
+	for _, cfg := range []tracing.OTLPConfig{
+		{NoTraces: true, NoMetrics: true},
+		{MetricInterval: -time.Second},
+		{Endpoint: "http://collector:4318/custom", Protocol: "http"}, // metrics path unknown
+	} {
+		if _, err := tracing.StartOTLP(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tracing: ") {
+			t.Errorf("StartOTLP(%+v): %v", cfg, err)
 		}
 	}
 }
