@@ -11,8 +11,11 @@
 #                            v1.75.0 (Jaeger v2), built with CGO_ENABLED=0 in
 #                            its own module (images/jaeger/go.mod), in-memory
 #                            storage, config images/jaeger/config.yaml
+#   tenantdb/prometheus:2    Debian bookworm's prometheus (2.42) and
+#                            promtool; tests give it a configuration
+#                            (tenantdbtest.StartPrometheus)
 #
-# PostgreSQL and Redis root filesystems come from mmdebstrap (minbase, no
+# PostgreSQL, Redis and Prometheus root filesystems come from mmdebstrap (minbase, no
 # docs, man pages or translations), the Jaeger one is just the static binary
 # and its config; each is turned into an image with "docker import", so
 # neither a registry nor a base image nor BuildKit is needed.
@@ -21,9 +24,9 @@
 # has it built from the same recipe (the recipe's hash is kept in the
 # image's org.tenantdb.recipe label), so a second run takes a few seconds.
 #
-# Usage: testdata/build-images.sh [--force] [postgres] [redis] [jaeger]
+# Usage: testdata/build-images.sh [--force] [postgres] [redis] [jaeger] [prometheus]
 #   --force   rebuild even when an up-to-date image exists
-#   no names  all three
+#   no names  all four
 #
 # Needs: docker, and for what is missing: mmdebstrap (apt-get install
 # mmdebstrap; run as root, or as a user for whom mmdebstrap's unshare mode
@@ -40,6 +43,7 @@ recipes="$here/images"
 POSTGRES_TAG=tenantdb/postgres:15
 REDIS_TAG=tenantdb/redis:7
 JAEGER_TAG=tenantdb/jaeger:1.75.0
+PROMETHEUS_TAG=tenantdb/prometheus:2
 JAEGER_VERSION=v1.75.0 # v1.76.0 is not an approved release for this project
 SUITE=bookworm
 LABEL=org.tenantdb.recipe
@@ -49,18 +53,18 @@ want=()
 for arg in "$@"; do
 	case "$arg" in
 	--force) force=1 ;;
-	postgres | redis | jaeger) want+=("$arg") ;;
+	postgres | redis | jaeger | prometheus) want+=("$arg") ;;
 	-h | --help)
 		sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
-		echo "build-images: unknown argument $arg (want --force, postgres, redis, jaeger)" >&2
+		echo "build-images: unknown argument $arg (want --force, postgres, redis, jaeger, prometheus)" >&2
 		exit 2
 		;;
 	esac
 done
-[ ${#want[@]} -gt 0 ] || want=(postgres redis jaeger)
+[ ${#want[@]} -gt 0 ] || want=(postgres redis jaeger prometheus)
 
 log() { printf 'build-images: %s\n' "$*" >&2; }
 die() {
@@ -198,11 +202,35 @@ build_jaeger() {
 		"$dir/rootfs.tar" "$tag" >/dev/null
 }
 
+build_prometheus() {
+	local tag="$1" hash="$2" dir="$work/prometheus"
+	mkdir -p "$dir"
+	# The package's own configuration scrapes a node exporter that is not
+	# there: images/prometheus/prometheus.yml replaces it, and tests write
+	# theirs over it. The storage directory belongs to the prometheus user
+	# that the package creates.
+	mmdebstrap_rootfs "$dir/rootfs.tar" prometheus \
+		--customize-hook="upload $recipes/prometheus/prometheus.yml /etc/prometheus/prometheus.yml" \
+		--customize-hook='chroot "$1" sh -euc "chmod 0644 /etc/prometheus/prometheus.yml; install -d -o prometheus -g prometheus -m 0755 /prometheus"'
+	docker import \
+		--change 'ENTRYPOINT ["/usr/bin/prometheus"]' \
+		--change 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]' \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'ENV LANG=C.UTF-8' \
+		--change 'EXPOSE 9090' \
+		--change 'WORKDIR /prometheus' \
+		--change 'USER prometheus' \
+		--change "LABEL $LABEL=$hash" \
+		--message "tenantdb: Prometheus 2 from Debian $SUITE" \
+		"$dir/rootfs.tar" "$tag" >/dev/null
+}
+
 tag_of() {
 	case "$1" in
 	postgres) echo "$POSTGRES_TAG" ;;
 	redis) echo "$REDIS_TAG" ;;
 	jaeger) echo "$JAEGER_TAG" ;;
+	prometheus) echo "$PROMETHEUS_TAG" ;;
 	esac
 }
 
