@@ -16,6 +16,7 @@ type instruments struct {
 	connTimeouts metric.Int64Counter
 	connWait     metric.Float64Histogram
 	connUse      metric.Float64Histogram
+	opDuration   metric.Float64Histogram // db.client.operation.duration
 
 	// Per-tenant instruments, labelled by labels.
 	tenantCount      metric.Int64ObservableUpDownCounter
@@ -62,6 +63,9 @@ func (in *instruments) create(m metric.Meter) error {
 	use, err := dbconv.NewClientConnectionUseTime(m, buckets)
 	check(err)
 	in.connUse = use.Inst()
+	opDuration, err := dbconv.NewClientOperationDuration(m, buckets)
+	check(err)
+	in.opDuration = opDuration.Inst()
 
 	in.tenantCount, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.count",
 		metric.WithUnit("{connection}"),

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -33,6 +35,23 @@ type (
 type connInfo struct {
 	attrs     []attribute.KeyValue // db.system.name, db.namespace, server.address, server.port
 	namespace string
+
+	// What db.client.operation.duration needs between a call's start and
+	// end hooks. pgx runs one call at a time on a connection, and only the
+	// goroutine that holds the connection runs its hooks, so these need no
+	// lock; keeping them here instead of in the context saves an allocation
+	// per query.
+	queryCall, batchCall, copyCall call
+	// okOpts caches the measurement options of successful calls by
+	// operation name: the attribute set is built once per operation and
+	// connection, not per query.
+	okOpts map[string][]metric.RecordOption
+}
+
+// call is one timed call on a connection.
+type call struct {
+	start time.Time // zero: not timed
+	op    string
 }
 
 const connInfoKey = "github.com/tenantdb/tenantdb/tracing.connInfo"
@@ -140,13 +159,21 @@ func setError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// TraceQueryStart starts a query span (Exec, Query, QueryRow).
+// TraceQueryStart starts a query span (Exec, Query, QueryRow) and times the
+// query for db.client.operation.duration.
 func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if !t.wantSpan(ctx) {
+	timed := t.opDuration.Enabled(ctx)
+	if !timed && !t.wantSpan(ctx) {
 		return ctx
 	}
 	ci := connInfoOf(conn)
 	op := operationName(data.SQL)
+	if timed {
+		ci.startCall(&ci.queryCall, op)
+	}
+	if !t.wantSpan(ctx) {
+		return ctx
+	}
 	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+3)
 	attrs = append(attrs, ci.attrs...)
 	if op != "" {
@@ -159,8 +186,9 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 	return t.startDBSpan(ctx, querySpanKey{}, spanName(op, ci.namespace), attrs)
 }
 
-// TraceQueryEnd ends the query span.
+// TraceQueryEnd ends the query span and records the query's duration.
 func (t *Tracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
+	t.endCall(ctx, conn, func(ci *connInfo) *call { return &ci.queryCall }, data.Err)
 	span, ok := ctx.Value(querySpanKey{}).(trace.Span)
 	if !ok {
 		return // nothing to build attributes for: the unsampled path allocates nothing
@@ -175,7 +203,8 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.Tra
 // the queries' operation when they all have the same one, and its query
 // text the queries joined by "; ", as the semantic conventions say.
 func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	if !t.wantSpan(ctx) {
+	timed := t.opDuration.Enabled(ctx)
+	if !timed && !t.wantSpan(ctx) {
 		return ctx
 	}
 	ci := connInfoOf(conn)
@@ -194,6 +223,12 @@ func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		}
 	}
 	op = strings.TrimSpace(op)
+	if timed {
+		ci.startCall(&ci.batchCall, op)
+	}
+	if !t.wantSpan(ctx) {
+		return ctx
+	}
 	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+4)
 	attrs = append(attrs, ci.attrs...)
 	attrs = append(attrs, semconv.DBOperationName(op))
@@ -221,17 +256,25 @@ func (t *Tracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.T
 	}
 }
 
-// TraceBatchEnd ends the batch span.
+// TraceBatchEnd ends the batch span and records the batch's duration.
 func (t *Tracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchEndData) {
+	t.endCall(ctx, conn, func(ci *connInfo) *call { return &ci.batchCall }, data.Err)
 	endDBSpan(ctx, batchSpanKey{}, data.Err)
 }
 
 // TraceCopyFromStart starts a COPY span.
 func (t *Tracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
-	if !t.wantSpan(ctx) {
+	timed := t.opDuration.Enabled(ctx)
+	if !timed && !t.wantSpan(ctx) {
 		return ctx
 	}
 	ci := connInfoOf(conn)
+	if timed {
+		ci.startCall(&ci.copyCall, "COPY")
+	}
+	if !t.wantSpan(ctx) {
+		return ctx
+	}
 	table := data.TableName.Sanitize()
 	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+3)
 	attrs = append(attrs, ci.attrs...)
@@ -240,8 +283,9 @@ func (t *Tracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pg
 	return t.startDBSpan(ctx, copySpanKey{}, "COPY "+table, attrs)
 }
 
-// TraceCopyFromEnd ends the COPY span.
+// TraceCopyFromEnd ends the COPY span and records the copy's duration.
 func (t *Tracer) TraceCopyFromEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromEndData) {
+	t.endCall(ctx, conn, func(ci *connInfo) *call { return &ci.copyCall }, data.Err)
 	endDBSpan(ctx, copySpanKey{}, data.Err)
 }
 
@@ -290,4 +334,66 @@ func (t *Tracer) TraceConnectEnd(ctx context.Context, data pgx.TraceConnectEndDa
 	if data.Err == nil && data.Conn != nil && t.cfg.querySpans {
 		connInfoOf(data.Conn)
 	}
+}
+
+// startCall starts timing a call on the connection. The shared noConnInfo
+// (a hook given no connection) is never written to.
+func (ci *connInfo) startCall(c *call, op string) {
+	if ci == noConnInfo {
+		return
+	}
+	*c = call{start: time.Now(), op: op}
+}
+
+// endCall records db.client.operation.duration for the call that which
+// picks out of the connection's state, if its start was timed. Attributes are
+// the semantic conventions': the connection's (db.system.name, db.namespace,
+// server.address, server.port), db.operation.name when the SQL starts with a
+// keyword, and on failure error.type and, for a PostgreSQL error,
+// db.response.status_code (its SQLSTATE).
+func (t *Tracer) endCall(ctx context.Context, conn *pgx.Conn, which func(*connInfo) *call, err error) {
+	if conn == nil || conn.PgConn() == nil {
+		return
+	}
+	ci, ok := conn.PgConn().CustomData()[connInfoKey].(*connInfo)
+	if !ok {
+		return
+	}
+	c := which(ci)
+	if c.start.IsZero() {
+		return
+	}
+	d := time.Since(c.start).Seconds()
+	op := c.op
+	*c = call{}
+	if err == nil {
+		opts, ok := ci.okOpts[op]
+		if !ok {
+			opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(ci.opAttrs(op)...))}
+			if ci.okOpts == nil {
+				ci.okOpts = make(map[string][]metric.RecordOption)
+			}
+			ci.okOpts[op] = opts
+		}
+		t.opDuration.Record(ctx, d, opts...)
+		return
+	}
+	attrs := ci.opAttrs(op)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		attrs = append(attrs, semconv.DBResponseStatusCode(pgErr.Code), semconv.ErrorTypeKey.String(pgErr.Code))
+	} else {
+		attrs = append(attrs, semconv.ErrorType(err))
+	}
+	t.opDuration.Record(ctx, d, metric.WithAttributes(attrs...))
+}
+
+// opAttrs returns a new slice of the connection's attributes and op's.
+func (ci *connInfo) opAttrs(op string) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+3)
+	attrs = append(attrs, ci.attrs...)
+	if op != "" {
+		attrs = append(attrs, semconv.DBOperationName(op))
+	}
+	return attrs
 }
