@@ -1,5 +1,5 @@
 // Package tenantdbtest starts the servers that tenantdb's tests need —
-// PostgreSQL, Redis and Jaeger — as containers with testcontainers-go, or
+// PostgreSQL, Redis, Jaeger and Prometheus — as containers with testcontainers-go, or
 // points at servers that already run.
 //
 // Each service has two entry points: StartX(t, ...) for tests, which fails
@@ -18,6 +18,7 @@
 //	TENANTDB_POSTGRES_IMAGE  default tenantdb/postgres:15, else postgres:15
 //	TENANTDB_REDIS_IMAGE     default tenantdb/redis:7, else redis:7
 //	TENANTDB_JAEGER_IMAGE    default tenantdb/jaeger:1.75.0, else jaegertracing/jaeger:2.12.0
+//	TENANTDB_PROMETHEUS_IMAGE default tenantdb/prometheus:2, else prom/prometheus:v2.42.0
 //
 // Both kinds of image behave the same for these helpers, so a machine with a
 // registry needs no preparation and one without needs only the local build.
