@@ -46,6 +46,9 @@ type connInfo struct {
 	// operation name: the attribute set is built once per operation and
 	// connection, not per query.
 	okOpts map[string][]metric.RecordOption
+	// opNames caches operationName by the keyword as written, so that
+	// lower-case SQL is upper-cased once per connection, not per query.
+	opNames map[string]string
 }
 
 // call is one timed call on a connection.
@@ -167,7 +170,7 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		return ctx
 	}
 	ci := connInfoOf(conn)
-	op := operationName(data.SQL)
+	op := ci.operationName(data.SQL)
 	if timed {
 		ci.startCall(&ci.queryCall, op)
 	}
@@ -396,4 +399,22 @@ func (ci *connInfo) opAttrs(op string) []attribute.KeyValue {
 		attrs = append(attrs, semconv.DBOperationName(op))
 	}
 	return attrs
+}
+
+// operationName is the package's operationName, cached per connection. The
+// shared noConnInfo has no cache.
+func (ci *connInfo) operationName(sql string) string {
+	kw := operationKeyword(sql)
+	if ci == noConnInfo {
+		return strings.ToUpper(kw)
+	}
+	if op, ok := ci.opNames[kw]; ok {
+		return op
+	}
+	op := strings.ToUpper(kw)
+	if ci.opNames == nil {
+		ci.opNames = make(map[string]string)
+	}
+	ci.opNames[strings.Clone(kw)] = op // a substring would keep the whole SQL alive
+	return op
 }

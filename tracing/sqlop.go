@@ -11,6 +11,11 @@ const maxOperationLen = 20
 // "" when sql starts with no keyword. The semantic conventions ask for the
 // operation as written, never parsed deeper: a WITH ... SELECT is "WITH".
 func operationName(sql string) string {
+	return strings.ToUpper(operationKeyword(sql)) // allocates only when sql is lower case
+}
+
+// operationKeyword is operationName as written, a substring of sql.
+func operationKeyword(sql string) string {
 	i := skipNoise(sql)
 	j := i
 	for j < len(sql) && isASCIILetter(sql[j]) {
@@ -19,7 +24,7 @@ func operationName(sql string) string {
 	if j == i || j-i > maxOperationLen {
 		return ""
 	}
-	return strings.ToUpper(sql[i:j]) // allocates only when sql is lower case
+	return sql[i:j]
 }
 
 // skipNoise returns the index of the first byte of sql that is not space,
