@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ const (
 	jaegerOTLPGRPCPort    = "4317/tcp"
 	jaegerOTLPHTTPPort    = "4318/tcp"
 	jaegerQueryPort       = "16686/tcp"
+	jaegerMetricsPort     = "8889/tcp"
+	jaegerMetricsConfig   = "/etc/jaeger/tenantdbtest-metrics.yaml"
 	jaegerReadyLogMessage = "Everything is ready. Begin running and processing data."
 )
 
@@ -44,6 +47,10 @@ type Jaeger struct {
 	// the UI. The locally built image serves the API but only a placeholder
 	// page for the UI, whose assets are not part of the Go module.
 	QueryURL string
+	// MetricsEndpoint is host:port where, with WithJaegerPrometheusExporter,
+	// the metrics received over OTLP are served for Prometheus at /metrics;
+	// empty otherwise.
+	MetricsEndpoint string
 	// Image is the image the container runs; empty for an existing server.
 	Image string
 	// Container is the running container; nil for an existing server.
@@ -55,7 +62,75 @@ type Jaeger struct {
 type jaegerConfig struct {
 	image          string
 	startupTimeout time.Duration
+	metrics        bool
 }
+
+// WithJaegerPrometheusExporter makes the collector inside Jaeger (Jaeger v2
+// is an OpenTelemetry Collector distribution) take OTLP metrics too and
+// serve them for Prometheus at Jaeger.MetricsEndpoint, through the
+// Collector's prometheus exporter: a real OTLP metrics receiver where no
+// other is at hand. Jaeger itself stores no metrics. It replaces the image's
+// configuration with one of the same traces pipeline plus a metrics one.
+func WithJaegerPrometheusExporter() JaegerOption {
+	return func(c *jaegerConfig) { c.metrics = true }
+}
+
+// jaegerMetricsYAML is the configuration of WithJaegerPrometheusExporter:
+// testdata/images/jaeger/config.yaml's, plus metrics from OTLP to the
+// prometheus exporter. Metric names keep their unit and type suffixes, as
+// tracing.NewPrometheusExporter's do, so that the same PromQL serves both.
+const jaegerMetricsYAML = `service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+    metrics:
+      receivers: [otlp]
+      exporters: [prometheus]
+  telemetry:
+    resource:
+      service.name: jaeger
+    metrics:
+      level: none
+    logs:
+      level: info
+extensions:
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+  jaeger_query:
+    storage:
+      traces: memstore
+    enable_tracing: false
+    http:
+      endpoint: 0.0.0.0:16686
+    grpc:
+      endpoint: 0.0.0.0:16685
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 0.0.0.0:13133
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:4317
+      http:
+        endpoint: 0.0.0.0:4318
+processors:
+  batch:
+    timeout: 100ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+  prometheus:
+    endpoint: 0.0.0.0:8889
+    add_metric_suffixes: true
+`
 
 // JaegerOption configures StartJaeger and RunJaeger.
 type JaegerOption func(*jaegerConfig)
@@ -160,7 +235,7 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 	// no shell, so the port wait's check inside the container cannot run:
 	// readiness is the collector's own "everything is ready" line, logged
 	// after every receiver has started, and an answer from the query API.
-	ctr, err := testcontainers.Run(ctx, image,
+	runOpts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithExposedPorts(jaegerOTLPGRPCPort, jaegerOTLPHTTPPort, jaegerQueryPort),
 		withHostPort(jaegerOTLPGRPCPort, d.bindIP, 0),
 		withHostPort(jaegerOTLPHTTPPort, d.bindIP, 0),
@@ -169,7 +244,18 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 			wait.ForLog(jaegerReadyLogMessage),
 			wait.ForHTTP("/api/services").WithPort(jaegerQueryPort).WithStartupTimeout(cfg.startupTimeout),
 		),
-	)
+	}
+	if cfg.metrics {
+		runOpts = append(runOpts,
+			testcontainers.WithExposedPorts(jaegerMetricsPort),
+			withHostPort(jaegerMetricsPort, d.bindIP, 0),
+			testcontainers.WithFiles(testcontainers.ContainerFile{
+				Reader: strings.NewReader(jaegerMetricsYAML), ContainerFilePath: jaegerMetricsConfig, FileMode: 0o644,
+			}),
+			testcontainers.WithCmd("--config", jaegerMetricsConfig),
+		)
+	}
+	ctr, err := testcontainers.Run(ctx, image, runOpts...)
 	j := &Jaeger{Image: image, Container: ctr}
 	if err != nil {
 		return j, fmt.Errorf("tenantdbtest: start Jaeger from %s: %w%s", image, err,
@@ -193,6 +279,11 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 		return j, err
 	}
 	j.QueryURL = "http://" + query
+	if cfg.metrics {
+		if j.MetricsEndpoint, err = endpoint(jaegerMetricsPort); err != nil {
+			return j, err
+		}
+	}
 	return j, nil
 }
 
