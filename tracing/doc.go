@@ -1,6 +1,8 @@
 // Package tracing is tenantdb's OpenTelemetry instrumentation: spans for
 // admissions and queries, per-tenant and connection-pool metrics, leak
-// detection, and an OTLP setup helper for sending traces to Jaeger.
+// detection, and the setup that gets them to a backend: [StartOTLP] (spans
+// and metrics over OTLP), [SetupOTLP] (spans only, for Jaeger) and
+// [NewPrometheusExporter] (metrics for Prometheus to scrape).
 //
 // One [Tracer] serves one pool. Give it to tenantdb as Config.Tracer: it
 // observes every admission through the pool's hooks, and tenantdb chains it
@@ -37,9 +39,15 @@
 // .wait_time, .use_time, all with db.client.connection.pool.name) and
 // per-tenant ones under tenantdb.tenant.connection.* (in use, waiting,
 // limit, rejections, wait and use time, leaks). Durations are in seconds.
+// Every query, batch and copy is measured in db.client.operation.duration,
+// the stable semantic-convention histogram, whether or not it is traced.
 // How tenants are labelled is a [Cardinality]: by tenant, by plan, or the n
 // busiest tenants plus "other"; in every mode the number of series has a
 // bound that no flood of tenant IDs can push past.
+//
+// The directory prometheus/ beside this package ships Prometheus recording
+// rules and alerts and a Grafana dashboard over these metrics, tested
+// against a real Prometheus.
 //
 // # Leak detection
 //
