@@ -225,6 +225,22 @@ func (o *OTLP) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// otlpProtocol is the protocol of one signal: OTLPConfig.Protocol, else the
+// environment's, else gRPC.
+func otlpProtocol(cfg OTLPConfig, signal string) (string, error) {
+	protocol := cfg.Protocol
+	if protocol == "" {
+		protocol = firstEnv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch protocol {
+	case "", ProtocolGRPC:
+		return ProtocolGRPC, nil
+	case ProtocolHTTP, "http":
+		return ProtocolHTTP, nil
+	}
+	return "", fmt.Errorf("tracing: OTLP protocol %q: want %q or %q", protocol, ProtocolGRPC, ProtocolHTTP)
+}
+
 // otlpTarget is where and how one signal is exported.
 type otlpTarget struct {
 	protocol string // ProtocolGRPC or ProtocolHTTP
@@ -237,17 +253,9 @@ type otlpTarget struct {
 // "METRICS" as in the OTEL_EXPORTER_OTLP_{signal}_* variables; endpoint is
 // what the configuration says for that signal.
 func resolveOTLPTarget(cfg OTLPConfig, signal, endpoint string) (otlpTarget, error) {
-	protocol := cfg.Protocol
-	if protocol == "" {
-		protocol = firstEnv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	switch protocol {
-	case "", ProtocolGRPC:
-		protocol = ProtocolGRPC
-	case ProtocolHTTP, "http":
-		protocol = ProtocolHTTP
-	default:
-		return otlpTarget{}, fmt.Errorf("tracing: OTLP protocol %q: want %q or %q", protocol, ProtocolGRPC, ProtocolHTTP)
+	protocol, err := otlpProtocol(cfg, signal)
+	if err != nil {
+		return otlpTarget{}, err
 	}
 	if endpoint == "" && firstEnv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		// The exporters' own default is localhost too, but with TLS for

@@ -114,7 +114,7 @@ func TestStartOTLPEitherSignalOff(t *testing.T) {
 	if o.TracerProvider != nil || o.MeterProvider == nil {
 		t.Errorf("NoTraces: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
 	}
-	_ = o.Shutdown(context.Background())
+	shutdownNow(o)
 	o, err = tracing.StartOTLP(context.Background(), tracing.OTLPConfig{NoMetrics: true})
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +122,30 @@ func TestStartOTLPEitherSignalOff(t *testing.T) {
 	if o.TracerProvider == nil || o.MeterProvider != nil {
 		t.Errorf("NoMetrics: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
 	}
-	_ = o.Shutdown(context.Background())
+	shutdownNow(o)
+	// gRPC has no paths: a URL's is no reason to fail.
+	o, err = tracing.StartOTLP(context.Background(), tracing.OTLPConfig{Endpoint: "http://collector:4317/any"})
+	if err != nil {
+		t.Errorf("gRPC URL with a path: %v", err)
+	} else {
+		shutdownNow(o)
+	}
 	for _, cfg := range []tracing.OTLPConfig{
 		{NoTraces: true, NoMetrics: true},
 		{MetricInterval: -time.Second},
 		{Endpoint: "http://collector:4318/custom", Protocol: "http"}, // metrics path unknown
+		{Protocol: "thrift"},
 	} {
 		if _, err := tracing.StartOTLP(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tracing: ") {
 			t.Errorf("StartOTLP(%+v): %v", cfg, err)
 		}
 	}
+}
+
+// shutdownNow stops o without waiting for the exports to a collector that
+// is not there.
+func shutdownNow(o *tracing.OTLP) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_ = o.Shutdown(ctx)
 }

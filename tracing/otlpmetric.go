@@ -62,9 +62,9 @@ func newOTLPMetricExporter(ctx context.Context, cfg OTLPConfig) (sdkmetric.Expor
 }
 
 // metricsEndpoint is OTLPConfig.MetricsEndpoint, or what Endpoint means for
-// metrics: the same host:port; for a URL, the same server with the path
-// /v1/traces (or none) made /v1/metrics, since an OTLP/HTTP exporter sends to
-// a URL's path as it is. "" leaves it to the environment.
+// metrics: the same host:port or gRPC URL; for an HTTP URL, the same server
+// with the path /v1/traces (or none) made /v1/metrics, since an OTLP/HTTP
+// exporter sends to a URL's path as it is. "" leaves it to the environment.
 func metricsEndpoint(cfg OTLPConfig) (string, error) {
 	if cfg.MetricsEndpoint != "" {
 		return cfg.MetricsEndpoint, nil
@@ -72,8 +72,12 @@ func metricsEndpoint(cfg OTLPConfig) (string, error) {
 	if cfg.Endpoint == "" {
 		return "", nil
 	}
-	if !strings.Contains(cfg.Endpoint, "://") {
-		return cfg.Endpoint, nil
+	protocol, err := otlpProtocol(cfg, "METRICS")
+	if err != nil {
+		return "", err
+	}
+	if protocol != ProtocolHTTP || !strings.Contains(cfg.Endpoint, "://") {
+		return cfg.Endpoint, nil // gRPC has no paths
 	}
 	u, err := url.Parse(cfg.Endpoint)
 	if err != nil {
