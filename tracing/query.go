@@ -170,11 +170,15 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		return ctx
 	}
 	ci := connInfoOf(conn)
+	spanned := t.wantSpan(ctx)
+	if !spanned && ci == noConnInfo {
+		return ctx // no connection to time the call on
+	}
 	op := ci.operationName(data.SQL)
 	if timed {
 		ci.startCall(&ci.queryCall, op)
 	}
-	if !t.wantSpan(ctx) {
+	if !spanned {
 		return ctx
 	}
 	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+3)
@@ -217,7 +221,7 @@ func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 	}
 	op := "BATCH"
 	for i, q := range queries {
-		qop := operationName(q.SQL)
+		qop := ci.operationName(q.SQL)
 		if i == 0 {
 			op = "BATCH " + qop
 		} else if "BATCH "+qop != op {
