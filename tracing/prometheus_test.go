@@ -44,7 +44,7 @@ func newPromEnv(t *testing.T) *promEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg.MaxConns = 4
+	pcfg.MaxConns = 6 // room for every tenant's cap: waits come from tenant caps only
 	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
 		Tracer: tr,
 		Plans: map[string]tenantdb.Plan{
@@ -77,10 +77,13 @@ func newPromEnv(t *testing.T) *promEnv {
 
 // workload runs until ctx ends: "noisy" (plan free, cap 1) keeps its one
 // connection busy with sleeps while asking for more, which is refused;
-// "quiet" runs quick queries, and now and then one that fails.
+// "queued" (plan standard, cap 2 and a queue) runs four sleeps at a time, so
+// that half of them wait; "quiet" runs quick queries, and now and then one
+// that fails.
 func (e *promEnv) workload(ctx context.Context) (wait func()) {
 	noisy := tenantdb.WithTenant(ctx, "noisy")
 	quiet := tenantdb.WithTenant(ctx, "quiet")
+	queued := tenantdb.WithTenant(ctx, "queued")
 	var wg sync.WaitGroup
 	loop := func(every time.Duration, f func()) {
 		wg.Add(1)
@@ -102,6 +105,9 @@ func (e *promEnv) workload(ctx context.Context) (wait func()) {
 	loop(20*time.Millisecond, func() { _, _ = e.p.Exec(noisy, "select 1") })
 	loop(20*time.Millisecond, func() { _, _ = e.p.Exec(quiet, "select 1") })
 	loop(100*time.Millisecond, func() { _, _ = e.p.Exec(quiet, "select * from no_such_table_here") })
+	for range 4 { // twice its cap: half of them wait in its queue
+		loop(time.Millisecond, func() { _, _ = e.p.Exec(queued, "select pg_sleep(0.2)") })
+	}
 	return wg.Wait
 }
 
@@ -149,7 +155,8 @@ func dashboardExprs(t *testing.T, pool string) []string {
 // Prometheus that loads the shipped rules. promtool must accept the rules;
 // every rule must evaluate without error and every recording rule and
 // dashboard query return per-tenant data; and the numbers must tell the
-// story: the noisy tenant refused and pinned at its cap, the quiet one
+// story: the noisy tenant refused and pinned at its cap, the queued one
+// waiting in its queue (p99 wait over the alert's threshold), the quiet one
 // never refused, waiting next to nothing, and not alerted on.
 func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 	e := newPromEnv(t)
@@ -245,9 +252,14 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 	if v := one(`max_over_time(tenantdb:tenant_saturation:ratio{tenantdb_tenant_id="quiet"}[5m])`); v > 0.5 {
 		t.Errorf("quiet's peak share of its cap: %v, want <= 0.5 (one query at a time, cap 2)", v)
 	}
-	if v := one(`tenantdb:tenant_wait_seconds:p99_5m{tenantdb_tenant_id="quiet"}`); v > 0.1 {
-		t.Errorf("quiet's p99 admission wait: %v s, over the TenantdbAdmissionSlow threshold", v)
+	quietWait := one(`tenantdb:tenant_wait_seconds:p99_5m{tenantdb_tenant_id="quiet"}`)
+	queuedWait := one(`tenantdb:tenant_wait_seconds:p99_5m{tenantdb_tenant_id="queued"}`)
+	t.Logf("p99 admission wait from Prometheus: quiet %.4f s, queued %.4f s", quietWait, queuedWait)
+	if quietWait > 0.1 || queuedWait < 0.1 || queuedWait < 10*quietWait {
+		t.Errorf("p99 admission wait: quiet %v s, queued %v s; want quiet under the TenantdbAdmissionSlow "+
+			"threshold of 0.1 s, queued over it, and at least 10 times quiet's", quietWait, queuedWait)
 	}
+	none(`tenantdb:tenant_rejections:rate5m{tenantdb_tenant_id="queued"}`) // its queue absorbs the excess
 	if v := one(`tenantdb:tenant_rejection_ratio:rate5m{tenantdb_tenant_id="noisy"}`); v <= 0 || v > 1 {
 		t.Errorf("noisy's share of requests refused: %v", v)
 	}
@@ -260,21 +272,23 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 
 	// The alert group is evaluated after the recording rules it reads: its
 	// first evaluation may precede their first data.
-	pollUntil(t, 30*time.Second, "TenantdbTenantRejected pending or firing for the noisy tenant", func(ctx context.Context) error {
+	pollUntil(t, 30*time.Second, "TenantdbTenantRejected for noisy and TenantdbAdmissionSlow for queued, pending or firing", func(ctx context.Context) error {
 		alerts, err := prom.Alerts(ctx)
 		if err != nil {
 			return err
 		}
-		var noisyRejected bool
+		var noisyRejected, queuedSlow bool
 		for _, a := range alerts {
-			if a.Labels["tenantdb_tenant_id"] == "quiet" {
+			switch a.Labels["tenantdb_tenant_id"] + " " + a.Labels["alertname"] {
+			case "noisy TenantdbTenantRejected":
+				noisyRejected = true
+			case "queued TenantdbAdmissionSlow":
+				queuedSlow = true
+			case "quiet TenantdbTenantRejected", "quiet TenantdbAdmissionSlow", "quiet TenantdbTenantPinnedAtCap":
 				t.Fatalf("alert on the quiet tenant: %+v", a)
 			}
-			if a.Labels["alertname"] == "TenantdbTenantRejected" && a.Labels["tenantdb_tenant_id"] == "noisy" {
-				noisyRejected = true
-			}
 		}
-		if !noisyRejected {
+		if !noisyRejected || !queuedSlow {
 			return fmt.Errorf("alerts: %+v", alerts)
 		}
 		return nil
