@@ -27,15 +27,15 @@ const (
 	ProtocolHTTP = "http/protobuf"
 )
 
-// OTLPConfig configures StartOTLP and SetupOTLP. Zero values mean the documented defaults;
-// the usual OTEL_EXPORTER_OTLP_* environment variables apply where a field
-// is left empty.
+// OTLPConfig configures StartOTLP and SetupOTLP. Zero values mean the
+// documented defaults; the usual OTEL_EXPORTER_OTLP_* environment variables
+// apply where a field is left empty.
 type OTLPConfig struct {
 	// Endpoint is where spans (and, unless MetricsEndpoint says otherwise,
 	// metrics) go: host:port (localhost:4317), or a URL
 	// (http://jaeger:4318, https://collector.example.com:4317; for HTTP a
-	// URL's path, if it has one, replaces /v1/traces). Default: the environment's
-	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT,
+	// URL's path, if it has one, replaces /v1/traces). Default: the
+	// environment's OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT,
 	// else localhost:4317 for gRPC and localhost:4318 for HTTP, which is
 	// where a local Jaeger listens.
 	Endpoint string

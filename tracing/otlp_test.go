@@ -149,3 +149,42 @@ func shutdownNow(o *tracing.OTLP) {
 	defer cancel()
 	_ = o.Shutdown(ctx)
 }
+
+// TestStartOTLPMetricsEndpointFromEnvironment: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT
+// sends metrics elsewhere than OTLPConfig.Endpoint, which still takes the spans.
+func TestStartOTLPMetricsEndpointFromEnvironment(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got = map[string][]string{}
+	)
+	receiver := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got[name] = append(got[name], r.URL.Path)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			w.WriteHeader(http.StatusOK)
+		}))
+	}
+	spans, metrics := receiver("spans"), receiver("metrics")
+	defer spans.Close()
+	defer metrics.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.URL+"/v1/metrics")
+
+	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{Endpoint: spans.URL, Protocol: "http"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := o.TracerProvider.Tracer("test").Start(context.Background(), "op")
+	span.End()
+	c, _ := o.MeterProvider.Meter("test").Int64Counter("c")
+	c.Add(context.Background(), 1)
+	if err := o.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got["spans"]) != 1 || got["spans"][0] != "/v1/traces" || len(got["metrics"]) != 1 || got["metrics"][0] != "/v1/metrics" {
+		t.Errorf("exports: %v", got)
+	}
+}

@@ -64,13 +64,15 @@ func newOTLPMetricExporter(ctx context.Context, cfg OTLPConfig) (sdkmetric.Expor
 // metricsEndpoint is OTLPConfig.MetricsEndpoint, or what Endpoint means for
 // metrics: the same host:port or gRPC URL; for an HTTP URL, the same server
 // with the path /v1/traces (or none) made /v1/metrics, since an OTLP/HTTP
-// exporter sends to a URL's path as it is. "" leaves it to the environment.
+// exporter sends to a URL's path as it is. "" leaves it to the environment,
+// whose OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, being about metrics, comes
+// before Endpoint.
 func metricsEndpoint(cfg OTLPConfig) (string, error) {
 	if cfg.MetricsEndpoint != "" {
 		return cfg.MetricsEndpoint, nil
 	}
-	if cfg.Endpoint == "" {
-		return "", nil
+	if cfg.Endpoint == "" || firstEnv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "" {
+		return "", nil // the exporter reads the variables
 	}
 	protocol, err := otlpProtocol(cfg, "METRICS")
 	if err != nil {
