@@ -32,6 +32,7 @@ func main() {
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
 	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&opts.otlp, "otlp", "", "send the run's traces to this OTLP/gRPC endpoint, e.g. Jaeger's localhost:4317")
+	flag.StringVar(&opts.metrics, "metrics", "", "serve the run's metrics for Prometheus at http://ADDR/metrics, e.g. localhost:9464")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("noisy: ")
@@ -48,6 +49,7 @@ func main() {
 
 type options struct {
 	dsn, out, only, otlp string
+	metrics              string
 	scale                float64
 	json                 bool
 }

@@ -44,20 +44,48 @@ func scenarioNames() []string {
 type environment struct {
 	pg     *tenantdbtest.Postgres
 	work   workload
-	tracer *tracing.Tracer // nil unless -otlp
-	close  func()
+	tracer *tracing.Tracer // nil unless -otlp or -metrics
+	// observe registers each tenantdb pool's gauges with the tracer
+	// (-metrics): they are read at each scrape.
+	observe bool
+	closers []func() // in reverse order by close
 }
 
 func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
-	env := &environment{pg: pg, work: newWorkload(opts.scale), close: func() {}}
-	if opts.otlp != "" {
-		tr, shutdown, err := otlpTracer(ctx, opts.otlp)
+	env := &environment{pg: pg, work: newWorkload(opts.scale)}
+	// Two tenants, both worth a label of their own from their first
+	// request: the default TopTenants labels a tenant only once a
+	// collection has seen it busy, after the noisy burst has begun.
+	trOpts := []tracing.Option{tracing.WithCardinality(tracing.ByTenant(10))}
+	for _, setup := range []struct {
+		on bool
+		f  func() ([]tracing.Option, func(), error)
+	}{
+		{opts.otlp != "", func() ([]tracing.Option, func(), error) { return otlpTracing(ctx, opts.otlp) }},
+		{opts.metrics != "", func() ([]tracing.Option, func(), error) { return serveMetrics(opts.metrics) }},
+	} {
+		if !setup.on {
+			continue
+		}
+		o, closeFn, err := setup.f()
 		if err != nil {
+			env.close()
 			return nil, err
 		}
-		env.tracer, env.close = tr, shutdown
+		trOpts = append(trOpts, o...)
+		env.closers = append(env.closers, closeFn)
+	}
+	if opts.otlp != "" || opts.metrics != "" {
+		env.tracer = tracing.New(trOpts...)
+		env.observe = opts.metrics != ""
 	}
 	return env, nil
+}
+
+func (env *environment) close() {
+	for i := len(env.closers) - 1; i >= 0; i-- {
+		env.closers[i]()
+	}
 }
 
 // pgxConfig is the shared pool every scenario but pgbouncer uses: 20
@@ -192,6 +220,13 @@ func runTenantdb(plans func(workload) tenantdb.Config) func(context.Context, *en
 			return nil, err
 		}
 		defer p.Close()
+		if env.observe {
+			stop, err := env.tracer.ObservePool(p)
+			if err != nil {
+				return nil, err
+			}
+			defer stop()
+		}
 		if err := warm(ctx, p.Pgxpool(), env.work); err != nil {
 			return nil, err
 		}
