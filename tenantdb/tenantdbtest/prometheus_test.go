@@ -71,8 +71,17 @@ func TestPrometheusScrapesThisProcess(t *testing.T) {
 	if _, err := p.Promtool(t.Context(), "check", "rules", "/nonexistent.yml"); err == nil {
 		t.Errorf("promtool check rules of a missing file: no error")
 	}
-	if _, err := tenantdbtest.RunPrometheus(t.Context(), tenantdbtest.PrometheusConfig{Targets: []string{"no-port"}}); err == nil {
-		t.Errorf("RunPrometheus with a target without a port: no error")
+	// Bad input is refused before any container starts.
+	for _, cfg := range []tenantdbtest.PrometheusConfig{
+		{Targets: []string{"no-port"}},
+		{RuleFiles: []string{filepath.Join(dir, "missing.yml")}},
+	} {
+		if p, err := tenantdbtest.RunPrometheus(t.Context(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tenantdbtest: ") {
+			if p != nil {
+				_ = p.Terminate(context.Background())
+			}
+			t.Errorf("RunPrometheus(%+v): %v", cfg, err)
+		}
 	}
 }
 
