@@ -33,6 +33,16 @@ type ClusterLease interface {
 	Local() bool
 }
 
+// RevocableLease is a ClusterLease that its limiter may take back while it
+// is held: the store can no longer vouch for it (it was cut off from the
+// store for longer than the lease lives, say) and may have given the slot to
+// another process. Done is closed then; the holder should stop using what
+// the slot guards. A nil Done is never closed.
+type RevocableLease interface {
+	ClusterLease
+	Done() <-chan struct{}
+}
+
 // clusterWait is how long a request of plan p may wait for a cluster slot:
 // the plan's queue policy applied across processes.
 func clusterWait(p *planState) time.Duration {

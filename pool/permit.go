@@ -52,6 +52,30 @@ func (p Permit) Release() {
 	}
 }
 
+// Revoked returns a channel closed when the permit's cluster lease is
+// revoked (see RevocableLease): the tenant's cluster-wide slot may be held by
+// another process now, and the holder should stop the work it admits. It is
+// nil, never closed, when the permit has no revocable lease (no
+// Config.Cluster, a limiter that never revokes, a local lease) or was
+// released.
+func (p Permit) Revoked() <-chan struct{} {
+	s := p.s
+	if s == nil {
+		return nil
+	}
+	g := s.g
+	g.mu.Lock()
+	var lease ClusterLease
+	if s.gen == p.gen {
+		lease = s.lease
+	}
+	g.mu.Unlock()
+	if r, ok := lease.(RevocableLease); ok {
+		return r.Done()
+	}
+	return nil
+}
+
 // releaseLocked returns s's slot and capacity, serves whoever waits for them
 // and recycles s. It returns the tenant, its plan, the measured hold time (0
 // if not measured) and the cluster lease to release once unlocked.

@@ -192,9 +192,14 @@ func (l *Limiter) recheckDelay(soonestMs int64) time.Duration {
 // unavailable answers a request that Redis could not decide, as Mode says.
 func (l *Limiter) unavailable(tenant string, cause error) (pool.ClusterLease, error) {
 	if l.cfg.Mode == FailOpen {
+		s := &lease{l: l, tenant: tenant}
+		s.local.Store(true)
+		l.mu.Lock()
+		l.locals[s] = struct{}{}
+		l.mu.Unlock()
 		l.c.failOpen.Add(1)
 		l.c.localHeld.Add(1)
-		return &lease{l: l, tenant: tenant, local: true}, nil
+		return s, nil
 	}
 	l.c.failClosed.Add(1)
 	return nil, fmt.Errorf("redislimit: tenant %q: %w: %w", tenant, ErrUnavailable, cause)

@@ -77,9 +77,9 @@ type Config struct {
 	Mode Mode
 
 	// ProcessID names this process in the lease members it writes, which is
-	// what an operator sees in the sorted sets. It must be unique among the
-	// processes sharing the Redis. Default: host name, process ID and a
-	// random suffix.
+	// what an operator sees in the sorted sets. It need not be unique: every
+	// member also carries a random part chosen by New, so limiters given the
+	// same ProcessID never share a member. Default: host name and process ID.
 	ProcessID string
 
 	// Logger receives the rare events worth a look: degraded and recovered,
@@ -145,7 +145,11 @@ func (c Config) withDefaults() (Config, error) {
 func defaultProcessID() string {
 	host, _ := os.Hostname()
 	host = strings.ReplaceAll(host, ":", "_")
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

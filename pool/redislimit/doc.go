@@ -17,6 +17,23 @@
 // renewal never re-adds a lease it finds gone (Redis may have given its slot
 // to someone else); it counts it in Stats.LostLeases and logs it.
 //
+// # Lost leases are revoked
+//
+// Each lease is valid locally until the send time of the last take or
+// renewal Redis confirmed, plus LeaseTTL, less a drift allowance (1% + 2ms):
+// Redis cannot have expired it before then. When that time passes without a
+// confirmed renewal (the process was cut off from Redis, paused by the OS or
+// a long GC, Redis hung or failed over), or a renewal finds the lease gone,
+// the lease is revoked on this process's clock alone, whether or not Redis
+// answers. In FailClosed mode its Done channel (pool.RevocableLease) is
+// closed: tenantdb then cancels the query that holds it. In FailOpen mode the
+// request runs on and the lease turns local, then is put back in Redis under
+// a new member at the next renewal, so that Redis counts what runs.
+//
+// Lease members are ProcessID#instance.n, the instance part random per
+// Limiter, and the take script adds them with ZADD NX: limiters given the
+// same ProcessID never merge their leases into one.
+//
 // # The local gate stays in front
 //
 // The pool's Gate asks for a cluster slot only after a request got one of its
@@ -40,20 +57,35 @@
 //
 // # When Redis is unavailable or slow
 //
-// A request never waits for Redis longer than OpTimeout per call, even when
-// the client ignores contexts (background calls use the client's own
-// timeouts then; set ContextTimeoutEnabled to have OpTimeout bound them too).
+// A request never waits for Redis longer than OpTimeout per call, and
+// neither do the background renewals, flushes and probes, even when the
+// client ignores contexts: each runs in a goroutine of its own that the
+// limiter stops waiting for after OpTimeout (set ContextTimeoutEnabled to
+// have the client also stop waiting on the socket at once).
 // The first failed call marks the limiter degraded: from then on requests do
-// not wait for Redis but follow Config.Mode at once, until a background probe
-// (every RecheckEvery) succeeds. With FailOpen (the default) a request gets a
-// lease whose Local reports true, so only the process's own limits apply; with
-// FailClosed it gets an error matching ErrUnavailable. Recovery leaks nothing:
-// local leases never touch Redis, a release that failed is retried until the
-// lease would have expired anyway, and a take whose outcome is unknown (it
-// timed out, or its caller gave up) is released as soon as Redis answers.
-// Redis restarted without persistence forgets every lease; renewals then count
-// them as lost, and for as long as those requests still run a tenant may hold
-// up to twice its cap.
+// not wait for Redis but follow Config.Mode at once, until it recovers. With
+// FailOpen (the default) a request gets a lease whose Local reports true, so
+// only the process's own limits apply; with FailClosed it gets an error
+// matching ErrUnavailable. Failures are classified (Stats.ErrorsByKind):
+// timeouts, network errors, OOM (Redis refuses writes yet answers PING),
+// READONLY (a replica, during a failover), script errors, cluster errors.
+//
+// Recovery is a reconcile, every RecheckEvery while degraded: a probe that
+// writes (PING would succeed under OOM and make the limiter flap), then the
+// renewal of the leases still held and the assertion in Redis of the
+// fail-open grants still held, then the flush of releases; only then is the
+// limiter healthy and do takes run again. A take drops expired leases, so
+// marking it healthy first would let one purge the leases of requests still
+// running and hand their slots out twice. Recovery leaks nothing: a release
+// that failed is retried until the lease would have expired anyway, and a
+// take whose outcome is unknown (it timed out, or its caller gave up) is
+// released as soon as Redis answers. Redis restarted without persistence
+// forgets every lease; renewals then find them lost (see above).
+//
+// Redis must not evict the limiter's keys: set maxmemory-policy noeviction
+// (the default), so that a full Redis refuses writes instead of dropping a
+// tenant's leases. Limiter.CheckEviction checks it; the limiter logs a
+// warning once if it fails.
 //
 // # Keys
 //

@@ -73,12 +73,13 @@ func TestRedisOutageFailOpenAndFailClosed(t *testing.T) {
 		t.Fatalf("fail-closed waiter: err = %v, want ErrUnavailable", a.err)
 	}
 	// New requests too, whether or not they may wait.
+	var grants []pool.ClusterLease
 	for _, maxWait := range []time.Duration{0, -1} {
 		s, err := open.AcquireSlot(context.Background(), "acme", 2, maxWait)
 		if err != nil || !s.Local() {
 			t.Fatalf("fail-open, Redis down: lease %v, err %v; want a local lease", s, err)
 		}
-		defer s.Release()
+		grants = append(grants, s)
 		if _, err := closed.AcquireSlot(context.Background(), "acme", 2, maxWait); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("fail-closed, Redis down: err = %v, want ErrUnavailable", err)
 		}
@@ -105,9 +106,17 @@ func TestRedisOutageFailOpenAndFailClosed(t *testing.T) {
 	eventually(t, 30*time.Second, "both probe Redis healthy", func() bool {
 		return open.Stats().Healthy && closed.Stats().Healthy
 	})
+	// The fail-open grants still held were put in Redis before the limiter
+	// took slots again: they count against the cap.
+	if n, err := closed.InUse(context.Background(), "acme"); n != 2 || err != nil {
+		t.Errorf("InUse after recovery = %d, %v; want the 2 fail-open grants still held", n, err)
+	}
+	for _, s := range grants {
+		s.Release()
+	}
 	// Redis kept its data across the stop (it saves on shutdown): the
 	// releases made during the outage are retried, not left to expire.
-	assertNothingHeld(t, rdb, prefix, 20*time.Second, closed)
+	assertNothingHeld(t, rdb, prefix, 20*time.Second, open, closed)
 	for _, l := range []*Limiter{open, closed} {
 		s := mustAcquire(t, l, "acme", 2)
 		defer s.Release()

@@ -6,50 +6,163 @@ import (
 )
 
 // lease is a cluster slot: a member of its tenant's sorted set, or, when
-// local, a grant made without Redis (FailOpen) that Redis never hears of.
+// local, a grant made without Redis (FailOpen) that Redis does not vouch for.
 type lease struct {
-	l        *Limiter
-	tenant   string
-	member   string // empty when local
-	local    bool
+	l      *Limiter
+	tenant string
+	member string // empty for a local grant not yet asserted in Redis
+	// local is set for FailOpen grants, and when a FailOpen lease is found
+	// lost; cleared when reconcile asserts a local grant in Redis.
+	local    atomic.Bool
 	released atomic.Bool
+	// done is closed when the lease is revoked (FailClosed only: a FailOpen
+	// lease that Redis no longer vouches for turns local instead); nil in
+	// FailOpen, where it is never closed.
+	done chan struct{}
+
+	// validUntil is when the lease may have expired in Redis, on this
+	// process's monotonic clock: the send time of the last take or renewal
+	// that Redis confirmed, plus LeaseTTL, less the allowed drift. Redis
+	// reads its clock after the request was sent, so its expiry is later.
+	validUntil time.Time   // guarded by l.mu
+	expiry     *time.Timer // guarded by l.mu: revokes the lease at validUntil
 }
 
-// Local reports that the slot was granted without Redis (FailOpen), so only
-// the process's own limits apply to it.
-func (s *lease) Local() bool { return s.local }
+// Local reports that the slot was granted without Redis (FailOpen), or that
+// Redis stopped vouching for it while it was held (FailOpen), so only the
+// process's own limits apply to it.
+func (s *lease) Local() bool { return s.local.Load() }
+
+// Done returns a channel closed when the lease is revoked: Redis can no
+// longer vouch for it (a renewal found it gone, or it was not renewed in
+// time: the process was cut off from Redis, paused, or Redis hung) and may
+// have given its slot to another process. Only in FailClosed mode; in
+// FailOpen mode it returns nil (never closed) and a lease Redis no longer
+// vouches for turns local instead (Local then reports true).
+func (s *lease) Done() <-chan struct{} { return s.done }
+
+// Revoked reports whether Done is closed.
+func (s *lease) Revoked() bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Release returns the slot. It does no I/O: the lease leaves the renewal set
 // at once and is removed from Redis by the background flush, or by the next
 // take of the same tenant in this process, whichever comes first; either
 // way before that take counts the tenant's slots. It is idempotent. A lease
-// found lost by a renewal, or released by Close, is not released again.
+// that was revoked, or released by Close, is not released again.
 func (s *lease) Release() {
 	if !s.released.CompareAndSwap(false, true) {
 		return
 	}
 	l := s.l
-	if s.local {
+	l.mu.Lock()
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	if _, ok := l.locals[s]; ok {
+		delete(l.locals, s)
+		l.mu.Unlock()
 		l.c.localHeld.Add(-1)
 		return
 	}
-	l.mu.Lock()
 	set := l.held[s.tenant]
 	if _, ok := set[s]; !ok {
 		l.mu.Unlock()
 		return
 	}
-	delete(set, s)
-	l.nheld--
-	if len(set) == 0 {
-		delete(l.held, s.tenant)
-	}
+	l.dropHeldLocked(s)
 	l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
 	closed := l.closed
 	l.mu.Unlock()
 	if !closed {
 		l.kickMaintenance()
 	}
+}
+
+// holdLocked registers s, confirmed by Redis for a request sent at sent, for
+// renewal, and arms its expiry.
+func (l *Limiter) holdLocked(s *lease, sent time.Time) {
+	set := l.held[s.tenant]
+	if set == nil {
+		set = make(map[*lease]struct{})
+		l.held[s.tenant] = set
+	}
+	set[s] = struct{}{}
+	l.nheld++
+	s.validUntil = sent.Add(l.validity)
+	d := time.Until(s.validUntil)
+	if s.expiry == nil {
+		s.expiry = time.AfterFunc(d, func() { l.expire(s) })
+	} else {
+		s.expiry.Reset(d)
+	}
+}
+
+// extendLocked records a renewal of s sent at sent that Redis confirmed.
+func (l *Limiter) extendLocked(s *lease, sent time.Time) {
+	if v := sent.Add(l.validity); v.After(s.validUntil) {
+		s.validUntil = v
+		s.expiry.Reset(time.Until(v))
+	}
+}
+
+// dropHeldLocked removes s from the renewal set.
+func (l *Limiter) dropHeldLocked(s *lease) {
+	set := l.held[s.tenant]
+	delete(set, s)
+	l.nheld--
+	if len(set) == 0 {
+		delete(l.held, s.tenant)
+	}
+}
+
+// expire runs when s's local validity ends without a renewal having
+// extended it: Redis may have expired it and handed its slot to another
+// process, whether or not Redis answers at all. It fires on this process's
+// clock alone, so a holder learns of it even while Redis hangs.
+func (l *Limiter) expire(s *lease) {
+	l.mu.Lock()
+	if _, ok := l.held[s.tenant][s]; !ok {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(s.validUntil); d > 0 { // extended meanwhile
+		s.expiry.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.revokeLocked(s)
+	l.mu.Unlock()
+	l.c.expired.Add(1)
+	l.log.Warn("redislimit: lease not renewed in time; Redis may have given its slot away",
+		"tenant", s.tenant, "mode", l.cfg.Mode.String())
+}
+
+// revokeLocked takes s, which Redis no longer vouches for, out of the
+// renewal set and tells its holder: in FailClosed by closing Done, in
+// FailOpen by turning it local. Its member is queued for release, in case
+// it is still in Redis (removing a member that is gone is harmless).
+func (l *Limiter) revokeLocked(s *lease) {
+	l.dropHeldLocked(s)
+	s.expiry.Stop()
+	l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
+	if l.cfg.Mode == FailClosed {
+		close(s.done)
+		l.c.revoked.Add(1)
+		return
+	}
+	s.local.Store(true)
+	l.locals[s] = struct{}{}
+	l.c.localHeld.Add(1)
 }
 
 // pendingRelease is a lease to remove from Redis. until is when it has

@@ -30,8 +30,18 @@ type Limiter struct {
 	// goes to sleep until notified, its subscription confirmed.
 	sleepHook func(tenant string)
 
+	// instance is random per Limiter and in every lease member it writes,
+	// so that two limiters given the same ProcessID (a copied config, pods
+	// sharing a host name) never write the same member: ZADD would merge
+	// their leases into one and let the tenant exceed its cap.
+	instance string
+	// validity is how long after a confirmed take or renewal was sent a
+	// lease is surely still in Redis: LeaseTTL less the clock drift allowed.
+	validity time.Duration
+
 	healthy atomic.Bool   // false while degraded
 	seq     atomic.Uint64 // lease members
+	bgBusy  atomic.Bool   // a background call is still running (see bounded)
 	c       counters
 
 	kick   chan struct{}      // wakes maintain
@@ -43,6 +53,7 @@ type Limiter struct {
 	mu       sync.Mutex
 	closed   bool                           // guarded by mu
 	held     map[string]map[*lease]struct{} // guarded by mu: leases in Redis, by tenant
+	locals   map[*lease]struct{}            // guarded by mu: local leases (FailOpen) not yet released
 	nheld    int                            // guarded by mu: Σ len(held)
 	pending  map[string][]pendingRelease    // guarded by mu: released, not yet removed from Redis
 	npending int                            // guarded by mu: Σ len(pending)
@@ -76,11 +87,14 @@ func New(cfg Config) (*Limiter, error) {
 		keyTTL: ms(2 * cfg.LeaseTTL),
 		// Waiters refresh the mark at least every RecheckEvery; it must
 		// not lapse between two of their attempts.
-		markTTL: ms(3*cfg.RecheckEvery + cfg.OpTimeout),
-		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		held:    make(map[string]map[*lease]struct{}),
-		pending: make(map[string][]pendingRelease),
+		markTTL:  ms(3*cfg.RecheckEvery + cfg.OpTimeout),
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		held:     make(map[string]map[*lease]struct{}),
+		locals:   make(map[*lease]struct{}),
+		instance: randomHex(4),
+		validity: cfg.LeaseTTL - drift(cfg.LeaseTTL),
+		pending:  make(map[string][]pendingRelease),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.healthy.Store(true)
@@ -92,8 +106,28 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
+// drift is how much earlier than Redis a process considers a lease expired:
+// clocks run at slightly different rates, and timers fire late. As
+// Redlock's: 1% of the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// newMember returns a lease member unique across limiters and processes.
+func (l *Limiter) newMember() string {
+	return l.cfg.ProcessID + "#" + l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// newLease returns a lease of tenant held in Redis as member.
+func (l *Limiter) newLease(tenant, member string) *lease {
+	s := &lease{l: l, tenant: tenant, member: member}
+	if l.cfg.Mode == FailClosed {
+		s.done = make(chan struct{})
+	}
+	return s
+}
+
 // SlotsKey returns the key of tenant's sorted set of leases, for operators:
-// its members name the processes holding the slots (ProcessID#n), scored by
+// its members name the processes holding the slots
+// (ProcessID#instance.n, instance being random per Limiter), scored by
 // when each lease expires, in Unix milliseconds on Redis's clock. ZCARD of
 // it also counts leases that expired and that no take has removed yet; see
 // InUse.
@@ -114,13 +148,22 @@ func (l *Limiter) InUse(ctx context.Context, tenant string) (int, error) {
 	return n, nil
 }
 
-// noteFailure counts a failed Redis call and marks the limiter degraded.
+// noteFailure counts a failed Redis call, by kind, and marks the limiter
+// degraded.
 func (l *Limiter) noteFailure(err error) {
+	kind := classify(err)
 	l.c.errors.Add(1)
+	l.c.byKind[kind].Add(1)
 	if l.healthy.CompareAndSwap(true, false) {
 		l.c.degradations.Add(1)
-		l.log.Warn("redislimit: redis unavailable; requests follow the failure mode until a probe succeeds",
-			"mode", l.cfg.Mode.String(), "err", err)
+		level, msg := slog.LevelWarn, "redislimit: redis unavailable; requests follow the failure mode until a probe succeeds"
+		switch kind {
+		case ErrorScript:
+			level, msg = slog.LevelError, "redislimit: redis cannot run the limiter's scripts; requests follow the failure mode"
+		case ErrorOOM:
+			msg = "redislimit: redis refuses writes (maxmemory reached); requests follow the failure mode until a probe succeeds"
+		}
+		l.log.Log(context.Background(), level, msg, "mode", l.cfg.Mode.String(), "kind", kind.String(), "err", err)
 	}
 }
 
@@ -153,6 +196,7 @@ func (l *Limiter) Close() {
 	rel := l.pending
 	for tenant, set := range l.held {
 		for s := range set {
+			s.expiry.Stop()
 			rel[tenant] = append(rel[tenant], pendingRelease{member: s.member})
 		}
 	}
@@ -161,5 +205,5 @@ func (l *Limiter) Close() {
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.OpTimeout)
 	defer cancel()
-	l.releaseInRedis(ctx, rel, time.Time{})
+	_, _ = l.releaseInRedis(ctx, rel, time.Time{})
 }

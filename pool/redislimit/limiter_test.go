@@ -232,9 +232,9 @@ func TestRedisRenewalKeepsLeases(t *testing.T) {
 
 // TestRedisLostLeaseCounted simulates Redis losing its data (a restart
 // without persistence): the renewal finds the lease gone, counts it, and
-// does not bring it back.
+// (in FailClosed) does not bring it back.
 func TestRedisLostLeaseCounted(t *testing.T) {
-	l := newLimiter(t, Config{LeaseTTL: 600 * time.Millisecond, RenewEvery: 100 * time.Millisecond})
+	l := newLimiter(t, Config{Mode: FailClosed, LeaseTTL: 600 * time.Millisecond, RenewEvery: 100 * time.Millisecond})
 	s := mustAcquire(t, l, "acme", 1)
 	if err := l.client.Del(context.Background(), l.SlotsKey("acme")).Err(); err != nil {
 		t.Fatal(err)

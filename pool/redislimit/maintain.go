@@ -2,45 +2,112 @@ package redislimit
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
 // maintain is the background goroutine that keeps held leases alive and
 // removes released ones from Redis, and while degraded probes Redis. Doing
 // all three in one goroutine keeps the I/O off the request path and makes
-// renewals and flushes never overlap.
+// renewals and flushes never overlap. Each call is bounded by OpTimeout on
+// this side (see bounded), whatever the client's own timeouts.
 func (l *Limiter) maintain() {
 	defer l.wg.Done()
 	renew := time.NewTicker(l.cfg.RenewEvery)
 	defer renew.Stop()
 	probe := time.NewTicker(l.cfg.RecheckEvery)
 	defer probe.Stop()
+	checkedEviction := false
 	for {
 		select {
 		case <-l.done:
 			return
 		case <-l.kick:
 			if l.healthy.Load() {
-				l.flush()
+				l.background(l.flush)
 			}
 		case <-renew.C:
 			if l.healthy.Load() {
-				l.renew()
-				l.flush()
+				_ = l.background(l.renew) == nil &&
+					l.background(l.assertLocals) == nil &&
+					l.background(l.flush) == nil
+				if !checkedEviction && l.healthy.Load() {
+					checkedEviction = true
+					l.wg.Add(1)
+					go func() {
+						defer l.wg.Done()
+						l.warnEviction()
+					}()
+				}
 			}
 		case <-probe.C:
 			switch {
 			case !l.healthy.Load():
-				if l.probe() {
-					// Leases may be close to expiry after the outage.
-					l.renew()
-					l.flush()
-				}
+				l.reconcile()
 			case l.pendingCount() > 0:
-				l.flush() // releases that failed earlier
+				l.background(l.flush) // releases that failed earlier
 			}
 		}
 	}
+}
+
+// reconcile brings a degraded limiter back: it probes Redis with a write,
+// then, before any request may take a slot again, renews the leases still
+// held (those Redis lost are revoked), asserts the local grants made during
+// the outage that are still held, and flushes the releases, and only then
+// marks the limiter healthy. Marking it healthy first would let a take purge
+// the held leases that expired in Redis during the outage, and hand their
+// slots to new requests while the old ones still run.
+func (l *Limiter) reconcile() {
+	for _, step := range []func(context.Context) error{l.probe, l.renew, l.assertLocals, l.flush} {
+		if l.background(step) != nil {
+			return
+		}
+	}
+	if l.healthy.CompareAndSwap(false, true) {
+		l.c.reconciles.Add(1)
+		l.log.Info("redislimit: redis answers again; held leases renewed, local grants asserted", "mode", l.cfg.Mode.String())
+	}
+}
+
+// background runs f, one Redis round trip or pipeline, in a goroutine of its
+// own under a context bounded by OpTimeout, and waits for it at most
+// OpTimeout: a client without ContextTimeoutEnabled waits on the socket for
+// its ReadTimeout (3s by default) whatever the context says, and a renewal
+// that waits that long lets leases expire. A call that outlives OpTimeout
+// counts as a failure; it finishes on its own, and the next one is not
+// started before it does (calls never overlap). A failure marks the limiter
+// degraded; the error is returned.
+func (l *Limiter) background(f func(ctx context.Context) error) error {
+	if !l.bgBusy.CompareAndSwap(false, true) {
+		err := fmt.Errorf("the previous call is still running: %w", errTimedOut)
+		l.noteFailure(err)
+		return err
+	}
+	done := make(chan error, 1)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.OpTimeout)
+		err := f(ctx)
+		cancel()
+		l.bgBusy.Store(false)
+		done <- err
+	}()
+	t := time.NewTimer(l.cfg.OpTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = errTimedOut
+	case <-l.done:
+		return ErrClosed
+	}
+	if err != nil && l.ctx.Err() == nil {
+		l.noteFailure(err)
+	}
+	return err
 }
 
 func (l *Limiter) pendingCount() int {
@@ -49,53 +116,40 @@ func (l *Limiter) pendingCount() int {
 	return l.npending
 }
 
-// probe asks Redis whether it answers again, and marks the limiter healthy
-// if so.
-func (l *Limiter) probe() bool {
-	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.OpTimeout)
-	err := l.client.Ping(ctx).Err()
-	cancel()
-	l.c.roundTrips.Add(1)
-	if err != nil {
-		if l.ctx.Err() == nil {
-			l.c.errors.Add(1)
-		}
-		return false
-	}
-	if l.healthy.CompareAndSwap(false, true) {
-		l.log.Info("redislimit: redis answers again", "mode", l.cfg.Mode.String())
-	}
-	return true
+// probe asks Redis whether it takes writes and runs scripts again.
+func (l *Limiter) probe(ctx context.Context) error {
+	cmd, rt := l.run(ctx, probeScript, []string{"{" + l.cfg.Prefix + "}:probe"})
+	l.c.roundTrips.Add(uint64(rt))
+	return cmd.Err()
 }
 
 // flush removes the pending releases from Redis, one script call per
 // tenant in one pipeline. Those that fail go back on the queue.
-func (l *Limiter) flush() {
+func (l *Limiter) flush(ctx context.Context) error {
 	l.mu.Lock()
 	if l.npending == 0 {
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	batch := l.pending
 	l.flushing, l.nflushing = batch, l.npending
 	l.pending, l.npending = make(map[string][]pendingRelease), 0
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.OpTimeout)
-	defer cancel()
-	failed := l.releaseInRedis(ctx, batch, time.Now())
+	failed, err := l.releaseInRedis(ctx, batch, time.Now())
 	l.mu.Lock()
 	l.flushing, l.nflushing = nil, 0
 	for tenant, rel := range failed {
 		l.addPendingLocked(tenant, rel...)
 	}
 	l.mu.Unlock()
+	return err
 }
 
 // releaseInRedis runs releaseScript for rel in one pipeline and returns the
-// releases that failed. Releases whose until is before now are dropped
+// releases that failed, and the first error. Releases whose until is before now are dropped
 // rather than sent: the lease has expired in Redis. A zero now keeps all.
-func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRelease, now time.Time) map[string][]pendingRelease {
+func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRelease, now time.Time) (map[string][]pendingRelease, error) {
 	type part struct {
 		tenant string
 		rel    []pendingRelease
@@ -127,7 +181,7 @@ func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRe
 		}
 	}
 	if len(calls) == 0 {
-		return nil
+		return nil, nil
 	}
 	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
 	var failed map[string][]pendingRelease
@@ -145,16 +199,14 @@ func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRe
 		}
 		l.c.released.Add(uint64(len(parts[i].rel)))
 	}
-	if firstErr != nil && l.ctx.Err() == nil {
-		l.noteFailure(firstErr)
-	}
-	return failed
+	return failed, firstErr
 }
 
 // renew extends every lease this process holds, one script call per tenant
-// in one pipeline. Leases found gone are dropped from the renewal set,
-// counted and logged; their Release then does nothing.
-func (l *Limiter) renew() {
+// in one pipeline, and extends their local validity from the time the
+// pipeline was sent. Leases found gone are revoked (see revokeLocked);
+// their Release then does nothing.
+func (l *Limiter) renew(ctx context.Context) error {
 	type part struct {
 		tenant string
 		leases []*lease
@@ -186,11 +238,10 @@ func (l *Limiter) renew() {
 	}
 	l.mu.Unlock()
 	if len(calls) == 0 {
-		return
+		return nil
 	}
 
-	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.OpTimeout)
-	defer cancel()
+	sent := time.Now()
 	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
 	var firstErr error
 	for i, c := range calls {
@@ -203,34 +254,100 @@ func (l *Limiter) renew() {
 		}
 		leases := parts[i].leases
 		l.c.renewals.Add(uint64(len(leases) - len(lost)))
-		if len(lost) == 0 {
-			continue
+		isLost := make(map[int64]bool, len(lost))
+		for _, j := range lost {
+			isLost[j] = true
 		}
+		n := 0
 		l.mu.Lock()
 		set := l.held[parts[i].tenant]
-		n := 0
-		for _, j := range lost {
-			if j < 0 || int(j) >= len(leases) {
-				continue
-			}
-			s := leases[j]
-			if _, ok := set[s]; ok { // not released meanwhile
-				delete(set, s)
-				l.nheld--
+		for j, s := range leases {
+			_, held := set[s]
+			switch {
+			case !held:
+				// Released or revoked meanwhile; this renewal may have
+				// extended it in Redis after its release was flushed.
+				if !isLost[int64(j)] {
+					l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
+				}
+			case isLost[int64(j)]:
+				l.revokeLocked(s)
 				n++
+			default:
+				l.extendLocked(s, sent)
 			}
-		}
-		if len(set) == 0 {
-			delete(l.held, parts[i].tenant)
 		}
 		l.mu.Unlock()
 		if n > 0 {
 			l.c.lost.Add(uint64(n))
 			l.log.Warn("redislimit: leases lost: expired before renewal, or Redis lost its data",
-				"tenant", parts[i].tenant, "lost", n)
+				"tenant", parts[i].tenant, "lost", n, "mode", l.cfg.Mode.String())
 		}
 	}
-	if firstErr != nil && l.ctx.Err() == nil {
-		l.noteFailure(firstErr)
+	return firstErr
+}
+
+// assertLocals adds to Redis, under new members, the local grants (FailOpen)
+// still held, whatever the limit (see assertScript), and from then on renews
+// and releases them as leases taken in Redis.
+func (l *Limiter) assertLocals(ctx context.Context) error {
+	type grant struct {
+		s      *lease
+		member string
 	}
+	l.mu.Lock()
+	if len(l.locals) == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	byTenant := make(map[string][]grant)
+	for s := range l.locals {
+		byTenant[s.tenant] = append(byTenant[s.tenant], grant{s, l.newMember()})
+	}
+	l.mu.Unlock()
+
+	var (
+		calls []*scriptCall
+		parts [][]grant
+	)
+	for tenant, gs := range byTenant {
+		k := tenantKeys(l.cfg.Prefix, tenant)
+		for len(gs) > 0 {
+			n := min(len(gs), maxMembersPerCall)
+			args := make([]any, 0, 2+n)
+			args = append(args, l.leaseTTL, l.keyTTL)
+			for _, g := range gs[:n] {
+				args = append(args, g.member)
+			}
+			calls = append(calls, &scriptCall{script: assertScript, keys: []string{k.slots}, args: args})
+			parts = append(parts, gs[:n])
+			gs = gs[n:]
+		}
+	}
+	sent := time.Now()
+	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
+	var firstErr error
+	for i, c := range calls {
+		err := c.cmd.Err()
+		l.mu.Lock()
+		for _, g := range parts[i] {
+			s := g.s
+			if _, ok := l.locals[s]; !ok || err != nil {
+				// Released meanwhile, or the outcome is unknown: the new
+				// member may be in Redis; remove it.
+				l.addPendingLocked(s.tenant, pendingRelease{member: g.member, until: l.releaseUntil()})
+				continue
+			}
+			delete(l.locals, s)
+			l.c.localHeld.Add(-1)
+			s.member = g.member
+			s.local.Store(false)
+			l.holdLocked(s, sent)
+		}
+		l.mu.Unlock()
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
 }

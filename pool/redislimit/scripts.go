@@ -23,7 +23,9 @@ import (
 // queues behind waiters rather than barging past them); "2" take if free (a
 // waiter). Modes 1 and 2 mark the tenant as having waiters when they fail.
 // Returns {took (0/1), slots held afterwards, ms until the soonest lease
-// expires (-1 if none or took)}.
+// expires (-1 if none or took)}. A member that is already there is never
+// overwritten (that would merge two leases into one slot): the script fails
+// with DUPMEMBER instead, which unique members make impossible.
 var takeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,7 +39,9 @@ local mode = ARGV[5]
 local waiting = redis.call('EXISTS', KEYS[2]) == 1
 local took = 0
 if n < tonumber(ARGV[2]) and not (mode == '1' and waiting) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+  if redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[3]), ARGV[1]) == 0 then
+    return redis.error_reply('DUPMEMBER lease member already in use: ' .. ARGV[1])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   took = 1
   n = n + 1
@@ -94,6 +98,34 @@ if #lost < #ARGV - 2 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return lost
+`)
+
+// assertScript adds leases granted locally during an outage (FailOpen) that
+// are still held, whatever the limit: the requests run, and Redis must count
+// them so that other processes do not hand out their slots too.
+//
+// KEYS: slots. ARGV: lease TTL, key TTL, members....
+// Returns the number added.
+var assertScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = now + tonumber(ARGV[1])
+local added = 0
+for i = 3, #ARGV do
+  added = added + redis.call('ZADD', KEYS[1], 'NX', exp, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return added
+`)
+
+// probeScript writes a short-lived key: a probe must find out whether Redis
+// takes writes (it may answer PING yet refuse writes: OOM, READONLY) and
+// runs scripts.
+//
+// KEYS: the probe key. Returns 1.
+var probeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], '1', 'PX', 1000)
+return 1
 `)
 
 // inUseScript counts the leases that have not expired.

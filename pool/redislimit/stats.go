@@ -34,9 +34,19 @@ type Stats struct {
 	RoundTrips uint64
 	// Errors counts Redis calls that failed or timed out.
 	Errors uint64
+	// ErrorsByKind splits Errors: see ErrorKind.
+	ErrorsByKind [numErrorKinds]uint64
 	// Renewals counts leases renewed; LostLeases, held leases a renewal
 	// found gone (expired and taken, or Redis lost its data).
 	Renewals, LostLeases uint64
+	// ExpiredLeases counts held leases whose local validity ran out before
+	// a renewal confirmed them (the process was cut off from Redis, paused,
+	// or Redis hung). RevokedLeases counts the leases revoked (Done closed,
+	// FailClosed) for either reason; in FailOpen they turn local instead.
+	ExpiredLeases, RevokedLeases uint64
+	// Reconciles counts recoveries: held leases renewed and local grants
+	// asserted in Redis before the limiter was marked healthy again.
+	Reconciles uint64
 	// Released counts releases carried out in Redis (a lease found already
 	// expired there counts too);
 	// ReleasesExpired, releases given up after repeated failures because
@@ -49,6 +59,8 @@ type counters struct {
 	degradations, acquired, rejected, waited, wakeups atomic.Uint64
 	failOpen, failClosed, roundTrips, errors          atomic.Uint64
 	renewals, lost, released, releasesExpired         atomic.Uint64
+	expired, revoked, reconciles                      atomic.Uint64
+	byKind                                            [numErrorKinds]atomic.Uint64
 	localHeld                                         atomic.Int64
 }
 
@@ -58,7 +70,12 @@ func (l *Limiter) Stats() Stats {
 	held, pending := l.nheld, l.npending+l.nflushing
 	l.mu.Unlock()
 	c := &l.c
+	var byKind [numErrorKinds]uint64
+	for i := range byKind {
+		byKind[i] = c.byKind[i].Load()
+	}
 	return Stats{
+		ErrorsByKind:     byKind,
 		Mode:             l.cfg.Mode,
 		Healthy:          l.healthy.Load(),
 		Degradations:     c.degradations.Load(),
@@ -75,6 +92,9 @@ func (l *Limiter) Stats() Stats {
 		Errors:           c.errors.Load(),
 		Renewals:         c.renewals.Load(),
 		LostLeases:       c.lost.Load(),
+		ExpiredLeases:    c.expired.Load(),
+		RevokedLeases:    c.revoked.Load(),
+		Reconciles:       c.reconciles.Load(),
 		Released:         c.released.Load(),
 		ReleasesExpired:  c.releasesExpired.Load(),
 	}

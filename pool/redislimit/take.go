@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -40,7 +39,7 @@ func (l *Limiter) take(ctx context.Context, tenant string, k keys, limit int, mo
 	l.wg.Add(1)
 	l.mu.Unlock()
 
-	member := l.cfg.ProcessID + "#" + strconv.FormatUint(l.seq.Add(1), 36)
+	member := l.newMember()
 	args := make([]any, 0, 7+len(carry)+len(inFlight))
 	args = append(args, member, limit, l.leaseTTL, l.keyTTL, mode, l.markTTL, k.channel)
 	for _, r := range carry {
@@ -50,6 +49,7 @@ func (l *Limiter) take(ctx context.Context, tenant string, k keys, limit int, mo
 		args = append(args, r.member)
 	}
 	call := &takeCall{done: make(chan struct{})}
+	sent := time.Now()
 	go l.runTake(call, tenant, k, member, carry, args)
 
 	timer := time.NewTimer(l.cfg.OpTimeout)
@@ -58,7 +58,7 @@ func (l *Limiter) take(ctx context.Context, tenant string, k keys, limit int, mo
 	case <-call.done:
 	case <-timer.C:
 		if call.state.CompareAndSwap(callRunning, callAbandonedTimeout) {
-			err := fmt.Errorf("take timed out after %v", l.cfg.OpTimeout)
+			err := fmt.Errorf("take: %w (%v)", errTimedOut, l.cfg.OpTimeout)
 			l.noteFailure(err)
 			return takeResult{}, nil, err
 		}
@@ -71,7 +71,7 @@ func (l *Limiter) take(ctx context.Context, tenant string, k keys, limit int, mo
 	if call.err != nil || !call.res.took {
 		return call.res, nil, call.err
 	}
-	s := &lease{l: l, tenant: tenant, member: member}
+	s := l.newLease(tenant, member)
 	l.mu.Lock()
 	if l.closed {
 		// Close is waiting for this call; its final flush releases it.
@@ -79,13 +79,7 @@ func (l *Limiter) take(ctx context.Context, tenant string, k keys, limit int, mo
 		l.mu.Unlock()
 		return takeResult{}, nil, ErrClosed
 	}
-	set := l.held[tenant]
-	if set == nil {
-		set = make(map[*lease]struct{})
-		l.held[tenant] = set
-	}
-	set[s] = struct{}{}
-	l.nheld++
+	l.holdLocked(s, sent)
 	l.mu.Unlock()
 	l.c.acquired.Add(1)
 	return call.res, s, nil
