@@ -205,7 +205,11 @@ func clusterChildHold(t *testing.T) {
 	for range clusterHeldSlots {
 		go func() { _, _ = p.Exec(as("killed"), clusterHoldSQL(tag)) }()
 	}
+	deadline := time.Now().Add(time.Minute)
 	for lim.Stats().Held < clusterHeldSlots {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold child holds %d of %d slots after a minute", lim.Stats().Held, clusterHeldSlots)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	clusterSay("holding %s", strconv.Itoa(os.Getpid()))

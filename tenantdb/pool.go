@@ -129,7 +129,9 @@ func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 		permit.Release()
 		return Conn{}, err
 	}
-	return Conn{c: c, permit: permit}, nil
+	_, g := guardRevocation(context.Background(), permit) // the Conn's calls bring their own contexts
+	g.attach(c)
+	return Conn{c: c, permit: permit, g: g}, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns

@@ -18,7 +18,25 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 		return pgconn.CommandTag{}, err
 	}
 	defer permit.Release()
+	if gctx, g := guardRevocation(ctx, permit); g != nil {
+		return p.execGuarded(gctx, g, sql, args)
+	}
 	return p.pg.Exec(ctx, sql, args...)
+}
+
+// execGuarded is Exec under a revocable cluster lease: it acquires the
+// connection itself, so that a revocation can cancel the statement on it.
+func (p *Pool) execGuarded(ctx context.Context, g *revokeGuard, sql string, args []any) (pgconn.CommandTag, error) {
+	defer g.stop()
+	c, err := p.pg.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, g.wrap(err)
+	}
+	g.attach(c)
+	tag, err := c.Exec(ctx, sql, args...)
+	g.stop() // before the connection may serve another request
+	c.Release()
+	return tag, g.wrap(err)
 }
 
 // Query runs sql for the tenant in ctx. The tenant's slot is held, with the
@@ -123,7 +141,20 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 		return 0, err
 	}
 	defer permit.Release()
-	return p.pg.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	gctx, g := guardRevocation(ctx, permit)
+	if g == nil {
+		return p.pg.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	}
+	defer g.stop()
+	c, err := p.pg.Acquire(gctx)
+	if err != nil {
+		return 0, g.wrap(err)
+	}
+	g.attach(c)
+	n, err := c.CopyFrom(gctx, tableName, columnNames, rowSrc)
+	g.stop()
+	c.Release()
+	return n, g.wrap(err)
 }
 
 // errRows and errRow carry an admission error the way

@@ -20,7 +20,8 @@
 // # Lost leases are revoked
 //
 // Each lease is valid locally until the send time of the last take or
-// renewal Redis confirmed, plus LeaseTTL, less a drift allowance (1% + 2ms):
+// renewal Redis confirmed, plus LeaseTTL, less a margin (a tenth of LeaseTTL, for clock drift and
+// for the holder to stop its work):
 // Redis cannot have expired it before then. When that time passes without a
 // confirmed renewal (the process was cut off from Redis, paused by the OS or
 // a long GC, Redis hung or failed over), or a renewal finds the lease gone,

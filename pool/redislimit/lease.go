@@ -22,7 +22,7 @@ type lease struct {
 
 	// validUntil is when the lease may have expired in Redis, on this
 	// process's monotonic clock: the send time of the last take or renewal
-	// that Redis confirmed, plus LeaseTTL, less the allowed drift. Redis
+	// that Redis confirmed, plus LeaseTTL, less margin. Redis
 	// reads its clock after the request was sent, so its expiry is later.
 	validUntil time.Time   // guarded by l.mu
 	expiry     *time.Timer // guarded by l.mu: revokes the lease at validUntil

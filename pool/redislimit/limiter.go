@@ -36,7 +36,7 @@ type Limiter struct {
 	// their leases into one and let the tenant exceed its cap.
 	instance string
 	// validity is how long after a confirmed take or renewal was sent a
-	// lease is surely still in Redis: LeaseTTL less the clock drift allowed.
+	// lease is surely still in Redis: LeaseTTL less margin.
 	validity time.Duration
 
 	healthy atomic.Bool   // false while degraded
@@ -93,7 +93,7 @@ func New(cfg Config) (*Limiter, error) {
 		held:     make(map[string]map[*lease]struct{}),
 		locals:   make(map[*lease]struct{}),
 		instance: randomHex(4),
-		validity: cfg.LeaseTTL - drift(cfg.LeaseTTL),
+		validity: cfg.LeaseTTL - margin(cfg),
 		pending:  make(map[string][]pendingRelease),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -106,10 +106,15 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// drift is how much earlier than Redis a process considers a lease expired:
-// clocks run at slightly different rates, and timers fire late. As
-// Redlock's: 1% of the TTL plus 2ms.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// margin is how much earlier than Redis a process considers a lease
+// expired: clocks run at slightly different rates, timers fire late, and
+// the holder needs time to stop its work (tenantdb cancels the query) before
+// another process may take the slot. A tenth of LeaseTTL, but never so much
+// that a lease could lapse between two renewals that succeed: validity stays
+// above RenewEvery+OpTimeout.
+func margin(c Config) time.Duration {
+	return min(c.LeaseTTL/10, (c.LeaseTTL-c.RenewEvery-c.OpTimeout)/2)
+}
 
 // newMember returns a lease member unique across limiters and processes.
 func (l *Limiter) newMember() string {

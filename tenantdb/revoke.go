@@ -1,0 +1,127 @@
+package tenantdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// ErrRevoked is matched by the error of a statement stopped because its
+// tenant's cluster-wide slot was revoked while it ran (see
+// pool.RevocableLease: pool/redislimit in FailClosed mode revokes a lease
+// it can no longer vouch for, as when this process was cut off from Redis
+// for longer than the lease lives), and of every later use of that Conn.
+// The slot may already be another process's: the work must stop.
+var ErrRevoked = errors.New("tenantdb: the tenant's cluster slot was revoked")
+
+// cancelRequestTimeout bounds the CancelRequest sent on revocation.
+const cancelRequestTimeout = 5 * time.Second
+
+// revokeGuard stops the work of one admission when its cluster lease is
+// revoked: it asks PostgreSQL to cancel the statement running on the
+// admission's connection (closing the socket alone would leave the backend
+// running its statement), and cancels the context the work runs under, so
+// that no further statement starts.
+type revokeGuard struct {
+	cancel context.CancelCauseFunc
+	stopc  chan struct{} // closed by stop
+	once   sync.Once
+
+	mu         sync.Mutex
+	conn       *pgconn.PgConn // guarded by mu: the admission's connection, nil once detached
+	revoked    bool           // guarded by mu
+	cancelling chan struct{}  // guarded by mu: closed when the CancelRequest is done; nil if none
+}
+
+// guardRevocation returns ctx, cancelled with ErrRevoked when permit's
+// lease is revoked, and the guard; without a revocable lease it returns ctx
+// and nil, at no cost.
+func guardRevocation(ctx context.Context, permit pool.Permit) (context.Context, *revokeGuard) {
+	rev := permit.Revoked()
+	if rev == nil {
+		return ctx, nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	g := &revokeGuard{cancel: cancel, stopc: make(chan struct{})}
+	go g.watch(rev)
+	return ctx, g
+}
+
+func (g *revokeGuard) watch(rev <-chan struct{}) {
+	select {
+	case <-rev:
+	case <-g.stopc:
+		return
+	}
+	g.mu.Lock()
+	conn := g.conn
+	g.revoked = true
+	var done chan struct{}
+	if conn != nil {
+		done = make(chan struct{})
+		g.cancelling = done
+	}
+	g.mu.Unlock()
+	if conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelRequestTimeout)
+		_ = conn.CancelRequest(ctx) // best effort: the context below stops the rest
+		cancel()
+		close(done)
+	}
+	g.cancel(ErrRevoked)
+}
+
+// attach names the connection the admission runs on.
+func (g *revokeGuard) attach(c *pgxpool.Conn) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.conn = c.Conn().PgConn()
+	g.mu.Unlock()
+}
+
+// stop ends the guard before its connection goes back to the pool: it waits
+// for a CancelRequest in flight, which must not reach the statement of the
+// connection's next user. It is idempotent.
+func (g *revokeGuard) stop() {
+	if g == nil {
+		return
+	}
+	g.once.Do(func() {
+		close(g.stopc)
+		g.mu.Lock()
+		g.conn = nil
+		done := g.cancelling
+		g.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		g.cancel(context.Canceled)
+	})
+}
+
+// isRevoked reports whether the lease was revoked.
+func (g *revokeGuard) isRevoked() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.revoked
+}
+
+// wrap makes err, from work stopped by a revocation, match ErrRevoked.
+func (g *revokeGuard) wrap(err error) error {
+	if err == nil || g == nil || errors.Is(err, ErrRevoked) || !g.isRevoked() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRevoked, err)
+}
