@@ -72,6 +72,10 @@ func classify(err error) ErrorKind {
 		return ErrorOOM
 	case redis.HasErrorPrefix(err, "READONLY"):
 		return ErrorReadOnly
+	case strings.Contains(err.Error(), "non local key"):
+		// A script met a key whose slot moved away while it ran (a slot
+		// migration): the cluster's doing, not the script's.
+		return ErrorCluster
 	case redis.HasErrorPrefix(err, "NOSCRIPT"), isScriptError(err):
 		return ErrorScript
 	case redis.HasErrorPrefix(err, "CLUSTERDOWN"), redis.HasErrorPrefix(err, "TRYAGAIN"),

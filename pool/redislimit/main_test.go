@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
+	if sharedCluster.c != nil {
+		if err := sharedCluster.c.Terminate(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 	if code == 0 {
 		if err := tenantdbtest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
