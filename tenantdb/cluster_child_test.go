@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -24,7 +25,7 @@ import (
 // takes commands from stdin. It reaches the parent's PostgreSQL through
 // TENANTDB_POSTGRES_DSN (TestMain then starts no container).
 const (
-	clusterRoleEnv    = "TENANTDB_CLUSTER_CHILD"  // "flood" or "hold"; unset: not a child
+	clusterRoleEnv    = "TENANTDB_CLUSTER_CHILD"  // "flood", "hold" or "stall"; unset: not a child
 	clusterRedisEnv   = "TENANTDB_CLUSTER_REDIS"  // Redis address
 	clusterPrefixEnv  = "TENANTDB_CLUSTER_PREFIX" // redislimit key prefix
 	clusterTagEnv     = "TENANTDB_CLUSTER_TAG"    // in every query, for pg_stat_activity
@@ -71,6 +72,8 @@ func TestClusterChild(t *testing.T) {
 		clusterChildFlood(t)
 	case "hold":
 		clusterChildHold(t)
+	case "stall":
+		clusterChildStall(t)
 	default:
 		t.Fatalf("unknown role %q", role)
 	}
@@ -215,4 +218,49 @@ func clusterChildHold(t *testing.T) {
 	clusterSay("holding %s", strconv.Itoa(os.Getpid()))
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until killed
 	t.Fatal("the hold child was not killed")
+}
+
+// clusterChildStall is clusterChildHold with a FailClosed limiter: it says
+// "holding", and once its queries end (the parent stops the process with
+// SIGSTOP past the lease TTL and lets it go on: its leases are revoked, its
+// queries cancelled) it says "revoked" and how many of them ended with
+// ErrRevoked, then waits to be killed.
+func clusterChildStall(t *testing.T) {
+	tag := os.Getenv(clusterTagEnv)
+	ttl, err := time.ParseDuration(os.Getenv(clusterTTLEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(clusterRedisEnv)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := redislimit.New(redislimit.Config{Client: rdb, Prefix: os.Getenv(clusterPrefixEnv), LeaseTTL: ttl,
+		Mode: redislimit.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lim.Close)
+	p := newPool(t, sharedPG, clusterMaxConns, clusterChildConfig(lim))
+	errs := make(chan error, clusterHeldSlots)
+	for range clusterHeldSlots {
+		go func() {
+			_, err := p.Exec(as("killed"), clusterHoldSQL(tag))
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for lim.Stats().Held < clusterHeldSlots {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stall child holds %d of %d slots after a minute", lim.Stats().Held, clusterHeldSlots)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clusterSay("holding %s", strconv.Itoa(os.Getpid()))
+	revoked := 0
+	for range clusterHeldSlots {
+		if errors.Is(<-errs, tenantdb.ErrRevoked) {
+			revoked++
+		}
+	}
+	clusterSay("revoked %d", revoked)
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until killed
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,4 +428,88 @@ func TestClusterRedisOutage(t *testing.T) {
 	for _, s := range sides {
 		t.Logf("%s: %d served, %d refused as unavailable; limiter %+v", s.name, s.ok.Load(), s.unavail.Load(), s.lim.Stats())
 	}
+}
+
+// TestPartitionStoppedProcessPastTTL stops a process (SIGSTOP) that holds
+// its tenant's whole cluster cap, FailClosed, for three lease TTLs. Redis
+// expires its leases and this process takes the slots. The stopped process
+// cannot cancel anything while stopped: PostgreSQL runs its queries on, and
+// the tenant holds twice its cap until it continues (the excess this test
+// reports). Once continued, it must learn from its own clock that the leases
+// are gone and cancel their queries, before using them: its queries end
+// with ErrRevoked and the tenant is back within its cap.
+func TestPartitionStoppedProcessPastTTL(t *testing.T) {
+	r := tenantdbtest.StartRedis(t)
+	prefix := "cluster-" + clusterTag()
+	tag := clusterTag()
+	const ttl = time.Second
+	marker := "tenant=killed tag=" + tag
+	t.Cleanup(func() { terminateBackends(t, marker) })
+	c := startClusterChild(t, clusterRoleEnv+"=stall", clusterRedisEnv+"="+r.Addr, clusterPrefixEnv+"="+prefix,
+		clusterTagEnv+"="+tag, clusterTTLEnv+"="+ttl.String())
+	c.expect("holding")
+	sampler := startActivitySampler(t, marker)
+	eventually(t, "the child's queries run", func() bool { return sampler.current() == clusterHeldSlots })
+
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	lim, err := redislimit.New(redislimit.Config{Client: rdb, Prefix: prefix, LeaseTTL: ttl, Mode: redislimit.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lim.Close)
+	p := newPool(t, sharedPG, clusterMaxConns, clusterChildConfig(lim))
+
+	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	continued := false
+	defer func() {
+		if !continued {
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var served atomic.Int64
+	sql := "select pg_sleep(0.05) /* " + marker + " */"
+	for range clusterHeldSlots {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				qctx, cancel := context.WithTimeout(tenantdb.WithTenant(ctx, "killed"), time.Minute)
+				_, err := p.Exec(qctx, sql)
+				cancel()
+				if err == nil {
+					served.Add(1)
+				} else if ctx.Err() == nil {
+					t.Errorf("flood: %v", err)
+				}
+			}
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+	eventually(t, "this process serves the tenant, three TTLs after the stop", func() bool {
+		return served.Load() > 0 && time.Since(stopped) > 3*ttl
+	})
+	frozenPeak := int(sampler.max.Load())
+	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	continued = true
+	resumed := time.Now()
+	got := c.expect("revoked")
+	learned := time.Since(resumed)
+	if got != strconv.Itoa(clusterHeldSlots) {
+		t.Errorf("the continued child's queries: %s ended with ErrRevoked, want %d", got, clusterHeldSlots)
+	}
+	eventually(t, "the tenant back within its cap", func() bool { return sampler.current() <= clusterHeldSlots })
+	back := time.Since(resumed)
+	stop()
+	wg.Wait()
+	peak := sampler.stop()
+	t.Logf("SIGSTOP past TTL (FailClosed): peak %d active backends of cap %d (excess %d, while the process was stopped: %d); "+
+		"after SIGCONT the child cancelled its queries within %v, the tenant within its cap after %v; this process served %d",
+		peak, clusterHeldSlots, max(0, peak-clusterHeldSlots), max(0, frozenPeak-clusterHeldSlots), learned.Round(time.Millisecond),
+		back.Round(time.Millisecond), served.Load())
 }
