@@ -134,11 +134,33 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 	sampler := startActivitySampler(t, tag)
 	holdSQL := fmt.Sprintf("select pg_sleep(%g) /* partition tag=%s */", partitionHold.Seconds(), tag)
 	errs := make(chan error, partitionCap)
-	for range partitionCap {
-		go func() {
-			_, err := cutPool.Exec(as("acme"), holdSQL)
-			errs <- err
-		}()
+	// Each of the cap's queries through another path, all of which the
+	// revocation must stop.
+	paths := []func() error{
+		func() error { _, err := cutPool.Exec(as("acme"), holdSQL); return err },
+		func() error {
+			rows, err := cutPool.Query(as("acme"), holdSQL)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			rows.Close()
+			return rows.Err()
+		},
+		func() error { var v any; return cutPool.QueryRow(as("acme"), holdSQL).Scan(&v) },
+		func() error {
+			tx, err := cutPool.Begin(as("acme"))
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.Background())
+			_, err = tx.Exec(context.Background(), holdSQL)
+			return err
+		},
+	}
+	for i := range partitionCap {
+		go func() { errs <- paths[i%len(paths)]() }()
 	}
 	eventually(t, "the cut process holds the cap", func() bool {
 		return cutLim.Stats().Held == partitionCap && sampler.current() == partitionCap

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/pool"
 )
@@ -46,6 +47,24 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if err != nil {
 		return errRows{err}, err
 	}
+	if gctx, g := guardRevocation(ctx, permit); g != nil {
+		c, err := p.pg.Acquire(gctx)
+		if err != nil {
+			g.stop()
+			permit.Release()
+			err = g.wrap(err)
+			return errRows{err}, err
+		}
+		g.attach(c)
+		rows, err := c.Query(gctx, sql, args...)
+		r := &tenantRows{Rows: rows, permit: permit, g: g, conn: c}
+		if err != nil {
+			r.Close()
+			err = g.wrap(err)
+			return errRows{err}, err
+		}
+		return r, nil
+	}
 	rows, err := p.pg.Query(ctx, sql, args...)
 	if err != nil {
 		permit.Release() // pgxpool has released the connection
@@ -55,22 +74,36 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 }
 
 // tenantRows returns the slot when pgxpool returns the connection: on Close,
-// or when Next reports the end.
+// or when Next reports the end. Under a revocable cluster lease it holds the
+// connection itself (conn) and its revocation guard.
 type tenantRows struct {
 	pgx.Rows
 	permit pool.Permit
+	g      *revokeGuard
+	conn   *pgxpool.Conn
 }
 
 func (r *tenantRows) Next() bool {
 	if r.Rows.Next() {
 		return true
 	}
-	r.permit.Release()
+	r.release()
 	return false
 }
 
 func (r *tenantRows) Close() {
 	r.Rows.Close()
+	r.release()
+}
+
+func (r *tenantRows) Err() error { return r.g.wrap(r.Rows.Err()) }
+
+// release returns the connection (after the guard stopped) and the slot.
+func (r *tenantRows) release() {
+	r.g.stop()
+	if r.conn != nil {
+		r.conn.Release() // idempotent
+	}
 	r.permit.Release()
 }
 
@@ -80,17 +113,34 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err != nil {
 		return errRow{err}
 	}
+	if gctx, g := guardRevocation(ctx, permit); g != nil {
+		c, err := p.pg.Acquire(gctx)
+		if err != nil {
+			g.stop()
+			permit.Release()
+			return errRow{g.wrap(err)}
+		}
+		g.attach(c)
+		return &tenantRow{row: c.QueryRow(gctx, sql, args...), permit: permit, g: g, conn: c}
+	}
 	return &tenantRow{row: p.pg.QueryRow(ctx, sql, args...), permit: permit}
 }
 
 type tenantRow struct {
 	row    pgx.Row
 	permit pool.Permit
+	g      *revokeGuard  // nil without a revocable cluster lease
+	conn   *pgxpool.Conn // set with g
 }
 
 func (r *tenantRow) Scan(dest ...any) error {
 	defer r.permit.Release()
-	return r.row.Scan(dest...)
+	err := r.row.Scan(dest...)
+	r.g.stop()
+	if r.conn != nil {
+		r.conn.Release()
+	}
+	return r.g.wrap(err)
 }
 
 // SendBatch sends b for the tenant in ctx. The slot is held, with the
