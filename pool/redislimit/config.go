@@ -19,11 +19,16 @@ const (
 	// FailOpen grants a lease whose Local reports true: the request is then
 	// limited by its process's own tenant cap only, so during an outage a
 	// tenant may hold its cap once per process. The service stays up; the
-	// isolation between tenants within each process stays too.
+	// isolation between tenants within each process stays too. A held
+	// lease that Redis can no longer vouch for (not renewed in time, or
+	// found gone) is not revoked: it turns local and the request runs on;
+	// the next renewal puts it back in Redis under a new member.
 	FailOpen Mode = iota
 	// FailClosed returns an error matching ErrUnavailable: no request gets a
 	// connection that the cluster cap cannot vouch for, so an outage of
-	// Redis is an outage of the service.
+	// Redis is an outage of the service. A held lease that Redis can no
+	// longer vouch for is revoked: its Done channel closes, and tenantdb
+	// cancels the query that holds it (tenantdb.ErrRevoked).
 	FailClosed
 )
 
