@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tenantdb/tenantdb/pool/redislimit"
@@ -111,7 +112,7 @@ const (
 	partitionHold = 4 * time.Second // the cut process's queries
 )
 
-func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr string, cut func()) partitionRun {
+func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr string, cut func(), firstPath int) partitionRun {
 	tag := clusterTag()
 	prefix := "partition-" + tag
 	newSide := func(addr string) (*redislimit.Limiter, *tenantdb.Pool) {
@@ -134,8 +135,8 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 	sampler := startActivitySampler(t, tag)
 	holdSQL := fmt.Sprintf("select pg_sleep(%g) /* partition tag=%s */", partitionHold.Seconds(), tag)
 	errs := make(chan error, partitionCap)
-	// Each of the cap's queries through another path, all of which the
-	// revocation must stop.
+	// Each of the cap's queries through another path (from firstPath on),
+	// all of which the revocation must stop.
 	paths := []func() error{
 		func() error { _, err := cutPool.Exec(as("acme"), holdSQL); return err },
 		func() error {
@@ -150,6 +151,11 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 		},
 		func() error { var v any; return cutPool.QueryRow(as("acme"), holdSQL).Scan(&v) },
 		func() error {
+			b := &pgx.Batch{}
+			b.Queue(holdSQL)
+			return cutPool.SendBatch(as("acme"), b).Close()
+		},
+		func() error {
 			tx, err := cutPool.Begin(as("acme"))
 			if err != nil {
 				return err
@@ -160,7 +166,7 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 		},
 	}
 	for i := range partitionCap {
-		go func() { errs <- paths[i%len(paths)]() }()
+		go func() { errs <- paths[(firstPath+i)%len(paths)]() }()
 	}
 	eventually(t, "the cut process holds the cap", func() bool {
 		return cutLim.Stats().Held == partitionCap && sampler.current() == partitionCap
@@ -224,7 +230,7 @@ func TestPartitionOneProcessCutOffFromRedis(t *testing.T) {
 	r := tenantdbtest.StartRedis(t)
 	t.Run("fail-closed", func(t *testing.T) {
 		proxy := startProxy(t, r.Addr)
-		run := runPartition(t, redislimit.FailClosed, r.Addr, proxy.Addr(), proxy.partition)
+		run := runPartition(t, redislimit.FailClosed, r.Addr, proxy.Addr(), proxy.partition, 0)
 		if run.peak > partitionCap {
 			t.Errorf("peak active backends %d, cap %d: excess %d, want 0", run.peak, partitionCap, run.peak-partitionCap)
 		}
@@ -239,7 +245,7 @@ func TestPartitionOneProcessCutOffFromRedis(t *testing.T) {
 	})
 	t.Run("fail-open", func(t *testing.T) {
 		proxy := startProxy(t, r.Addr)
-		run := runPartition(t, redislimit.FailOpen, r.Addr, proxy.Addr(), proxy.partition)
+		run := runPartition(t, redislimit.FailOpen, r.Addr, proxy.Addr(), proxy.partition, 0)
 		if run.peak != 2*partitionCap {
 			t.Errorf("peak active backends %d, want %d: the cut process's queries run on, the others take the cap", run.peak, 2*partitionCap)
 		}
@@ -276,7 +282,7 @@ func TestPartitionRedisPausedPastTTL(t *testing.T) {
 			}
 			paused.Store(false)
 		}()
-	})
+	}, 1)
 	if run.peak > partitionCap {
 		t.Errorf("peak active backends %d, cap %d: excess %d, want 0", run.peak, partitionCap, run.peak-partitionCap)
 	}

@@ -152,6 +152,20 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
+	if gctx, g := guardRevocation(ctx, permit); g != nil {
+		c, err := p.pg.Acquire(gctx)
+		if err != nil {
+			g.stop()
+			permit.Release()
+			return pgx.FailedBatchResults(b, g.wrap(err))
+		}
+		g.attach(c)
+		br := c.SendBatch(gctx, b)
+		if tx := br.Tx(); tx != nil {
+			return &tenantBatchResults{BatchResults: br, tx: &tenantTx{Tx: tx, permit: permit, g: g, conn: c}}
+		}
+		return &tenantBatchResults{BatchResults: br, permit: permit, g: g, conn: c}
+	}
 	br := p.pg.SendBatch(ctx, b)
 	if tx := br.Tx(); tx != nil {
 		return &tenantBatchResults{BatchResults: br, tx: &tenantTx{Tx: tx, permit: permit}}
@@ -163,15 +177,22 @@ type tenantBatchResults struct {
 	pgx.BatchResults
 	permit pool.Permit // zero when tx owns it
 	tx     *tenantTx
+	g      *revokeGuard  // nil without a revocable cluster lease, or when tx owns it
+	conn   *pgxpool.Conn // set with g
 }
 
 func (b *tenantBatchResults) Close() error {
 	err := b.BatchResults.Close()
+	err = b.g.wrap(err)
+	b.g.stop()
+	if b.conn != nil {
+		b.conn.Release()
+	}
 	b.permit.Release()
 	if b.tx != nil && b.tx.Conn() == nil {
 		// The batch never got a connection (pgxpool failed to acquire one):
 		// its transaction holds nothing, so neither does the tenant.
-		b.tx.permit.Release()
+		b.tx.release()
 	}
 	return err
 }

@@ -19,8 +19,8 @@ import (
 // it can no longer vouch for, as when this process was cut off from Redis
 // for longer than the lease lives), and of every later use of that Conn.
 // The slot may already be another process's: the work must stop.
-// Exec, Query, QueryRow, CopyFrom, Begin (and the transaction's Exec, Query
-// and QueryRow) and Conn honour it; SendBatch does not yet.
+// Exec, Query, QueryRow, SendBatch, CopyFrom, Begin (and the transaction's
+// Exec, Query and QueryRow) and Conn honour it.
 var ErrRevoked = errors.New("tenantdb: the tenant's cluster slot was revoked")
 
 // cancelRequestTimeout bounds the CancelRequest sent on revocation.
