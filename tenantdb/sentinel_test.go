@@ -22,7 +22,34 @@ import (
 // tenant's active backends, counted by PostgreSQL across both pools, never
 // exceed its cap (excess 0), and both pools serve through the new master.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
-	s := tenantdbtest.StartRedisSentinel(t)
+	t.Run("sentinel-failover", func(t *testing.T) {
+		s := tenantdbtest.StartRedisSentinel(t)
+		sentinelFlood(t, s, func() {
+			if err := s.Failover(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	// The master freezes (SIGSTOP): nothing answers until the sentinels,
+	// after a second of silence, promote the replica. Leases are not
+	// renewed meanwhile; FailClosed revokes them on time and refuses new
+	// requests until the client finds the new master.
+	t.Run("master-frozen", func(t *testing.T) {
+		s := tenantdbtest.StartRedisSentinel(t)
+		t.Cleanup(func() { _ = s.Freeze(context.Background(), false) })
+		sentinelFlood(t, s, func() {
+			if err := s.Freeze(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// sentinelFlood floods a tenant from two pools through Sentinel failover
+// clients, calls failover, waits until the sentinels report the replica as
+// master and both pools serve through it, and checks the peak of the
+// tenant's active backends against its cap.
+func sentinelFlood(t *testing.T, s *tenantdbtest.RedisSentinel, failover func()) {
 	tag := clusterTag()
 	marker := "sentinel tag=" + tag
 	prefix := "sentinel-" + tag
@@ -76,9 +103,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 	eventually(t, "both serve", func() bool { return sides[0].served.Load() >= 20 && sides[1].served.Load() >= 20 })
 
-	if err := s.Failover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	failover()
 	failedOver := time.Now()
 	admin := redis.NewSentinelClient(&redis.Options{Addr: s.SentinelAddrs[0]})
 	defer admin.Close()
@@ -95,9 +120,9 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	stop()
 	wg.Wait()
 	peak := sampler.stop()
-	t.Logf("Sentinel failover (FailClosed): peak %d active backends of cap %d (excess %d); served %d and %d; "+
+	t.Logf("%s (FailClosed): peak %d active backends of cap %d (excess %d); served %d and %d; "+
 		"%d refused as unavailable, %d revoked; both healthy and serving %v after the failover",
-		peak, cap, max(0, peak-cap), sides[0].served.Load(), sides[1].served.Load(), unavailable.Load(), revoked.Load(),
+		t.Name(), peak, cap, max(0, peak-cap), sides[0].served.Load(), sides[1].served.Load(), unavailable.Load(), revoked.Load(),
 		recovered.Round(time.Millisecond))
 	for i, sd := range sides {
 		t.Logf("pool %d limiter: %+v", i, sd.lim.Stats())

@@ -81,9 +81,10 @@ func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel,
 	m, r, sentinels := ports[0], ports[1], ports[2:]
 	var sb strings.Builder
 	sb.WriteString("set -e\ncd /data\n")
-	server := "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile /data/%d.log --dir /data"
-	fmt.Fprintf(&sb, server+"\n", m, m)
-	fmt.Fprintf(&sb, server+" --replicaof 127.0.0.1 %d --replica-announce-ip 127.0.0.1\n", r, r, m)
+	server := "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile /data/%d.log " +
+		"--pidfile /data/%d.pid --dir /data"
+	fmt.Fprintf(&sb, server+"\n", m, m, m)
+	fmt.Fprintf(&sb, server+" --replicaof 127.0.0.1 %d --replica-announce-ip 127.0.0.1\n", r, r, r, m)
 	fmt.Fprintf(&sb, "until redis-cli -p %d info replication | grep -q master_link_status:up; do sleep 0.05; done\n", r)
 	for _, s := range sentinels {
 		fmt.Fprintf(&sb, "printf 'port %d\\nbind 127.0.0.1\\nsentinel announce-ip 127.0.0.1\\nsentinel monitor %s 127.0.0.1 %d 2\\n"+
@@ -131,6 +132,27 @@ func (s *RedisSentinel) Failover(ctx context.Context) error {
 	b, _ := io.ReadAll(out)
 	if code != 0 || !strings.Contains(string(b), "OK") {
 		return fmt.Errorf("tenantdbtest: sentinel failover: exit %d: %s", code, b)
+	}
+	return nil
+}
+
+// Freeze stops (SIGSTOP) the server first started as master, or resumes it
+// (SIGCONT) when freeze is false: a frozen master keeps its connections but
+// answers nothing, as a master hung or cut off would, and the sentinels fail
+// it over once it has been silent for a second. ctx governs the request.
+func (s *RedisSentinel) Freeze(ctx context.Context, freeze bool) error {
+	_, port, _ := net.SplitHostPort(s.MasterAddr)
+	sig := "CONT"
+	if freeze {
+		sig = "STOP"
+	}
+	code, out, err := s.Container.Exec(ctx, []string{"sh", "-c", "kill -" + sig + " $(cat /data/" + port + ".pid)"})
+	if err != nil {
+		return fmt.Errorf("tenantdbtest: kill -%s the master: %w", sig, err)
+	}
+	if code != 0 {
+		b, _ := io.ReadAll(out)
+		return fmt.Errorf("tenantdbtest: kill -%s the master: exit %d: %s", sig, code, b)
 	}
 	return nil
 }
