@@ -211,10 +211,14 @@ func isPortConflict(err error) bool {
 	return strings.Contains(s, "port is already allocated") || strings.Contains(s, "address already in use")
 }
 
+// pickHostPort is freePort; a test replaces it to hand out a taken port.
+var pickHostPort = freePort
+
 // runOnFreeHostPort calls run with a host port that was free a moment ago,
-// and again with another one when Docker reports that something took it in
-// between. On error the container, if any, is returned too, so that the
-// caller can terminate it.
+// and again with another one when run's error says that something took it
+// in between (Docker's, or one run makes from the container's log). On
+// error the container, if any, is returned too, so that the caller can
+// terminate it.
 func runOnFreeHostPort[C testcontainers.Container](d *dockerEnv, run func(hostPort int) (C, error)) (C, int, error) {
 	var (
 		c   C
@@ -222,7 +226,7 @@ func runOnFreeHostPort[C testcontainers.Container](d *dockerEnv, run func(hostPo
 	)
 	for range hostPortAttempts {
 		var port int
-		port, err = freePort(d.bindIP)
+		port, err = pickHostPort(d.bindIP)
 		if err != nil {
 			return c, 0, fmt.Errorf("tenantdbtest: pick a free host port: %w", err)
 		}

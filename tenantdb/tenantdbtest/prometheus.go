@@ -172,28 +172,46 @@ func runPrometheus(ctx context.Context, cfg PrometheusConfig) (*Prometheus, erro
 
 	// Host networking: the container's loopback is this machine's, where
 	// the targets listen; so Prometheus listens on a free loopback port of
-	// its own rather than a published one.
-	port, err := freePort(d.bindIP)
-	if err != nil {
-		return nil, fmt.Errorf("tenantdbtest: pick a free port for Prometheus: %w", err)
-	}
-	listen := net.JoinHostPort(d.bindIP.String(), strconv.Itoa(port))
-	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithFiles(files...),
-		testcontainers.WithCmd(
-			"--config.file="+prometheusConfigPath,
-			"--storage.tsdb.path=/prometheus",
-			"--web.listen-address="+listen,
-		),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(cfg.StartupTimeout, wait.ForLog(prometheusReadyLog)),
-	)
-	p := &Prometheus{Image: image, Container: ctr, URL: "http://" + listen}
+	// its own rather than a published one. The port is free when picked,
+	// but another process (a test binary running beside this one, Docker
+	// publishing a port) may take it before Prometheus binds it: Prometheus
+	// then exits, and is started again on another port.
+	ctr, port, err := runOnFreeHostPort(d, func(port int) (*testcontainers.DockerContainer, error) {
+		listen := net.JoinHostPort(d.bindIP.String(), strconv.Itoa(port))
+		ctr, err := testcontainers.Run(ctx, image,
+			testcontainers.WithFiles(files...),
+			testcontainers.WithCmd(
+				"--config.file="+prometheusConfigPath,
+				"--storage.tsdb.path=/prometheus",
+				"--web.listen-address="+listen,
+			),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
+			testcontainers.WithWaitStrategyAndDeadline(cfg.StartupTimeout, wait.ForLog(prometheusReadyLog)),
+		)
+		if err != nil && ctr != nil && loggedPortConflict(ctx, ctr) {
+			err = fmt.Errorf("Prometheus found %s taken (address already in use): %w", listen, err)
+		}
+		return ctr, err
+	})
+	p := &Prometheus{Image: image, Container: ctr}
 	if err != nil {
 		return p, fmt.Errorf("tenantdbtest: start Prometheus from %s: %w%s", image, err,
 			imageHint(image, officialPrometheusImage, localPrometheusImage, prometheusImageEnv))
 	}
+	p.URL = "http://" + net.JoinHostPort(d.bindIP.String(), strconv.Itoa(port))
 	return p, nil
+}
+
+// loggedPortConflict reports whether the container's log says that its
+// listening address was taken, as Prometheus logs before it exits.
+func loggedPortConflict(ctx context.Context, c testcontainers.Container) bool {
+	r, err := c.Logs(ctx)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(io.LimitReader(r, 1<<20))
+	return bytes.Contains(b, []byte("address already in use"))
 }
 
 // Terminate stops and removes the container; ctx governs the Docker
