@@ -48,8 +48,10 @@ func newPromEnv(t *testing.T) *promEnv {
 	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
 		Tracer: tr,
 		Plans: map[string]tenantdb.Plan{
-			"free":     {MaxConns: 1}, // the excess is rejected at once
-			"standard": {MaxConns: 2, MaxWaiting: 2, MaxWait: time.Second},
+			"free": {MaxConns: 1}, // the excess is rejected at once
+			// queued's waits are about 0.2 s, 0.25 s on average beside a CPU
+			// burner, and none may time out: MaxWait leaves a wide margin.
+			"standard": {MaxConns: 2, MaxWaiting: 2, MaxWait: 10 * time.Second},
 		},
 		DefaultPlan: "standard",
 		Lookup: func(_ context.Context, id string) (tenantdb.Tenant, error) {
