@@ -62,7 +62,7 @@ func clusterWait(p *planState) time.Duration {
 func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndData) (Permit, error) {
 	g.mu.Lock()
 	t := w.t
-	limit, maxWait := t.limit, clusterWait(t.plan)
+	limit, maxWait := t.cap, clusterWait(t.plan) // the cluster keeps the cap; adaptive limits are per process
 	start := g.nowLocked()
 	g.mu.Unlock()
 

@@ -113,6 +113,11 @@ type Config struct {
 	// request also takes a cluster-wide slot from it, after its local tenant
 	// slot and before global capacity. Default nil: limits are per process.
 	Cluster ClusterLimiter
+
+	// Adaptive, when Enabled, moves each tenant's effective limit between a
+	// floor and its cap by what its own hold times show (see Adaptive).
+	// Default off: the effective limit is the cap.
+	Adaptive Adaptive
 }
 
 const (
@@ -128,7 +133,7 @@ const (
 
 // withDefaults returns a copy of c with defaults filled in, or an error
 // wrapping ErrInvalidConfig when the configuration cannot work.
-func (c Config) withDefaults() (Config, error) {
+func (c Config) withDefaults() (_ Config, err error) {
 	if c.Capacity <= 0 {
 		return c, fmt.Errorf("%w: Capacity must be positive, got %d", ErrInvalidConfig, c.Capacity)
 	}
@@ -177,6 +182,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxTenants < 0 || c.MaxTenantIDLen < 0 {
 		return c, fmt.Errorf("%w: MaxTenants and MaxTenantIDLen must not be negative", ErrInvalidConfig)
+	}
+	if c.Adaptive, err = c.Adaptive.withDefaults(); err != nil {
+		return c, err
 	}
 	if c.MaxTenants == 0 {
 		c.MaxTenants = defaultMaxTenants

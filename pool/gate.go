@@ -122,8 +122,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
 	}
 	var now int64
-	if g.cfg.Lookup != nil || g.tracer != nil {
-		now = g.clock() // Lookup answers expire; traced permits are all timed
+	if g.cfg.Lookup != nil || g.tracer != nil || g.cfg.Adaptive.Enabled {
+		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -142,11 +142,11 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	}
 	if t.planVersion != t.plan.version {
 		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
-	} else if t.reserved < min(t.plan.ReservedConns, t.limit) {
+	} else if t.reserved < min(t.plan.ReservedConns, t.cap) {
 		g.reserveLocked(t) // a reservation that did not fit may fit now
 		g.dispatchLocked() // and its waiters may go first now
 	}
-	d.Plan, d.Limit, d.InUse = t.plan.name, t.limit, t.inUse
+	d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
 
 	c := t.wait
 	var capQueued int // requests of t waiting for its cap
@@ -249,6 +249,9 @@ func (g *Gate) takeLocked(t *tenant) {
 		g.reservedFree--
 	}
 	t.inUse++
+	if t.ad != nil {
+		t.ad.granted(t.inUse)
+	}
 	g.used++
 	t.acquired++
 	g.totals.acquired++

@@ -101,7 +101,14 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 	if o, ok := g.overrides[t.id]; ok {
 		limit = o
 	}
+	t.cap = limit
 	t.limit = limit
+	if g.cfg.Adaptive.Enabled {
+		if t.ad == nil {
+			t.ad = newAdaptiveLimit(g.adaptiveFloorLocked(t), g.nowLocked())
+		}
+		t.limit = t.ad.bound(g.adaptiveFloorLocked(t), limit)
+	}
 	t.planVersion = t.plan.version
 	g.demoteLocked(t)
 	g.reserveLocked(t)
@@ -128,10 +135,10 @@ func (g *Gate) demoteLocked(t *tenant) {
 }
 
 // reserveLocked brings t's reservation in force to min(plan.ReservedConns,
-// limit) if the reservations in force still fit in Config.MaxReserved, and to
+// cap) if the reservations in force still fit in Config.MaxReserved, and to
 // nothing if they do not (all or nothing, so a reservation means what it says).
 func (g *Gate) reserveLocked(t *tenant) {
-	want := min(t.plan.ReservedConns, t.limit)
+	want := min(t.plan.ReservedConns, t.cap)
 	if want == t.reserved {
 		return
 	}
@@ -196,5 +203,28 @@ func (g *Gate) Close() {
 	g.mu.Unlock()
 	for _, l := range leases {
 		l.Release()
+	}
+}
+
+// adaptiveFloorLocked is the lowest effective limit Config.Adaptive may give
+// t: MinConns, raised to the plan's reservation so that it stays usable, and
+// never above t's cap.
+func (g *Gate) adaptiveFloorLocked(t *tenant) int {
+	return min(t.cap, max(g.cfg.Adaptive.MinConns, t.plan.ReservedConns))
+}
+
+// adaptLocked feeds t's controller one released permit and applies the limit
+// it answers. A cut sends requests holding a tenant slot above it back to
+// wait for the cap (as SetTenantLimit does) and revokes no permit; a rise is
+// served by the caller's promoteLocked.
+func (g *Gate) adaptLocked(t *tenant, start, hold, now int64) {
+	limit := t.ad.observe(start, hold, now, t.inUse, &g.cfg.Adaptive, g.adaptiveFloorLocked(t), t.cap)
+	if limit == t.limit {
+		return
+	}
+	cut := limit < t.limit
+	t.limit = limit
+	if cut {
+		g.demoteLocked(t)
 	}
 }

@@ -82,6 +82,7 @@ func (p Permit) Revoked() <-chan struct{} {
 func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64, lease ClusterLease) {
 	t := s.t
 	var now int64
+	start := s.start
 	if s.start != 0 {
 		now = g.nowLocked()
 		hold = now - s.start
@@ -102,6 +103,9 @@ func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64,
 	g.used--
 	if t.inUse < t.reserved {
 		g.reservedFree++
+	}
+	if t.ad != nil && start != 0 {
+		g.adaptLocked(t, start, hold, now)
 	}
 	if t.wait != nil {
 		g.fixLinesLocked(t)

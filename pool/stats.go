@@ -11,6 +11,10 @@ type TenantStats struct {
 	Plan   string
 	// Limit is the tenant's cap; Reserved its reservation in force.
 	Limit, Reserved int
+	// EffectiveLimit is how many permits the tenant may hold now: Limit, or
+	// with Config.Adaptive its adaptive limit, from the floor up to Limit.
+	// Lowering it revokes nothing: permits above it stay until released.
+	EffectiveLimit int
 	// InUse counts permits held; Waiting, requests waiting for the tenant's
 	// cap or for global capacity.
 	InUse, Waiting int
@@ -97,7 +101,7 @@ func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
 func (t *tenant) statsLocked() TenantStats {
 	return TenantStats{
 		Tenant: t.id, Plan: t.plan.name,
-		Limit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
+		Limit: t.cap, EffectiveLimit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
 		Acquired: t.acquired, Rejected: t.rejected, TimedOut: t.timedOut, Cancelled: t.cancelled,
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),

@@ -20,18 +20,29 @@ import (
 // limits change while many requests are between their tenant slot and the
 // cluster's answer (the interleaving that once granted above a lowered cap).
 func TestStressInvariants(t *testing.T) {
-	t.Run("local", func(t *testing.T) { stress(t, nil) })
-	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster()) })
+	t.Run("local", func(t *testing.T) { stress(t, nil, false) })
+	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster(), false) })
 	t.Run("slow-cluster", func(t *testing.T) {
 		mc := newMemCluster()
 		mc.delay = 500 * time.Microsecond
-		stress(t, mc)
+		stress(t, mc, false)
 	})
+	t.Run("adaptive", func(t *testing.T) { stress(t, nil, true) })
+	t.Run("adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true) })
 }
 
-func stress(t *testing.T, mc *memCluster) {
-	var violations atomic.Int64
+// stress runs the workload; with adaptive, effective limits move all the
+// time too: the slack for jitter is off, the tolerance minimal and probes
+// every millisecond, so cuts, rises and probes race everything else.
+func stress(t *testing.T, mc *memCluster, adaptive bool) {
+	var violations, cutSeen, raisedSeen atomic.Int64
 	grantHook = func(g *Gate, tn *tenant) {
+		if tn.limit < tn.cap {
+			cutSeen.Add(1)
+		}
+		if tn.ad != nil && tn.limit > g.adaptiveFloorLocked(tn) {
+			raisedSeen.Add(1)
+		}
 		if tn.inUse >= tn.limit || g.used >= g.capacity {
 			if violations.Add(1) <= 5 {
 				t.Errorf("grant to %s with %d in use of %d, gate %d of %d", tn.id, tn.inUse, tn.limit, g.used, g.capacity)
@@ -39,6 +50,11 @@ func stress(t *testing.T, mc *memCluster) {
 		}
 	}
 	defer func() { grantHook = nil }()
+	if adaptive {
+		slack := inflationSlack
+		inflationSlack = 0
+		defer func() { inflationSlack = slack }()
+	}
 
 	const capacity, tenants, workers = 8, 24, 48
 	g, err := New(Config{
@@ -62,6 +78,7 @@ func stress(t *testing.T, mc *memCluster) {
 			return Tenant{}, nil
 		},
 		LookupTTL: time.Millisecond,
+		Adaptive:  Adaptive{Enabled: adaptive, MinConns: 1, Tolerance: minAdaptiveTolerance, ProbeInterval: time.Millisecond},
 	})
 	if mc != nil {
 		g.cluster = mc
@@ -141,6 +158,10 @@ func stress(t *testing.T, mc *memCluster) {
 			}
 		}
 		mc.mu.Unlock()
+	}
+	if adaptive && (cutSeen.Load() == 0 || raisedSeen.Load() == 0) {
+		t.Errorf("adaptive limits did not move both ways: %d grants under a cut limit, %d above the floor",
+			cutSeen.Load(), raisedSeen.Load())
 	}
 	if s.Acquired == 0 || s.Rejected == 0 || s.TimedOut == 0 || s.Cancelled == 0 || s.Evicted == 0 {
 		t.Errorf("the run did not reach every path: %+v", s)

@@ -21,14 +21,16 @@ type tenant struct {
 	id   string
 	plan *planState // guarded by Gate.mu
 
-	limit     int // guarded by Gate.mu: effective cap (override, Lookup answer, or plan)
+	cap       int // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
+	limit     int // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
 	lookupMax int // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
-	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, limit)
+	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
 	inUse     int // guarded by Gate.mu: permits granted and not released
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
-	wait *contention // guarded by Gate.mu: nil until the tenant first waits
+	wait *contention    // guarded by Gate.mu: nil until the tenant first waits
+	ad   *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 
 	idleList           uint8   // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied  bool    // guarded by Gate.mu: its reservation did not fit; counted once

@@ -63,8 +63,10 @@ type TraceAcquireEndData struct {
 	// Plan is the tenant's plan; empty when the request failed before the
 	// tenant was resolved.
 	Plan string
-	// Limit and InUse are the tenant's cap and permits held when the request arrived.
-	Limit, InUse int
+	// Limit and InUse are the tenant's cap and permits held when the request
+	// arrived; EffectiveLimit its effective limit then (Limit unless
+	// Config.Adaptive lowered it).
+	Limit, EffectiveLimit, InUse int
 	// Position is the request's place in line on arrival: 0 when it was served
 	// without waiting, n when n-1 of the tenant's requests were ahead of it.
 	Position int

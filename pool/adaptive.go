@@ -1,0 +1,186 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Adaptive configures adaptive per-tenant limits. A tenant's cap (plan,
+// Lookup answer or SetTenantLimit) says how many permits it may ever hold;
+// with Adaptive on, its effective limit moves between a floor and that cap,
+// driven by its own hold times: when they inflate as its concurrency rises,
+// its extra permits only queue inside the shared dependency (a database with
+// few cores running CPU-bound queries), so the limit comes down; while they
+// do not, and the tenant uses its limit, the limit goes up. Waiting-type work
+// (sleeps, calls to slow remote services) does not inflate with concurrency
+// and keeps its whole cap.
+//
+// The zero value is off.
+type Adaptive struct {
+	// Enabled turns adaptive limits on. Every permit's hold time is then
+	// measured (one clock read per admission and per release).
+	Enabled bool
+
+	// MinConns is the floor of every tenant's effective limit, and where a
+	// tenant starts: a limit is only raised on evidence. A tenant's floor is
+	// never above its cap, and never below its plan's ReservedConns (so a
+	// reservation stays usable). Default 2.
+	MinConns int
+
+	// Tolerance is how much a tenant's hold times may exceed its baseline
+	// (the shortest observed at a low limit) before its limit is lowered:
+	// 1.3 lowers it once holds take 30% longer than the baseline (plus 1 ms,
+	// so the jitter of sub-millisecond work is not taken for queueing).
+	// Default 1.3; at least 1.05.
+	Tolerance float64
+
+	// ProbeInterval is how often a busy tenant's baseline is measured again:
+	// its limit drops to the floor for one window of samples, whose shortest
+	// hold becomes the new baseline, and grows again from there. This lets
+	// the baseline follow drift upwards (a table that grew, a slower plan);
+	// drift downwards is followed at once. Default 2 minutes.
+	ProbeInterval time.Duration
+}
+
+const (
+	defaultAdaptiveMinConns  = 2
+	defaultAdaptiveTolerance = 1.3
+	minAdaptiveTolerance     = 1.05
+	defaultProbeInterval     = 2 * time.Minute
+)
+
+// inflationSlack is added to the tolerated hold time, so that the jitter of
+// work that takes well under a millisecond does not look like queueing. A
+// variable only so that the stress test can make cuts frequent.
+var inflationSlack = int64(time.Millisecond)
+
+func (a Adaptive) withDefaults() (Adaptive, error) {
+	if !a.Enabled {
+		return a, nil
+	}
+	if a.MinConns < 0 || a.ProbeInterval < 0 {
+		return a, fmt.Errorf("%w: Adaptive.MinConns and ProbeInterval must not be negative", ErrInvalidConfig)
+	}
+	if a.Tolerance != 0 && !(a.Tolerance >= minAdaptiveTolerance) || math.IsInf(a.Tolerance, 0) {
+		return a, fmt.Errorf("%w: Adaptive.Tolerance must be at least %v, got %v", ErrInvalidConfig, minAdaptiveTolerance, a.Tolerance)
+	}
+	if a.MinConns == 0 {
+		a.MinConns = defaultAdaptiveMinConns
+	}
+	if a.Tolerance == 0 {
+		a.Tolerance = defaultAdaptiveTolerance
+	}
+	if a.ProbeInterval == 0 {
+		a.ProbeInterval = defaultProbeInterval
+	}
+	return a, nil
+}
+
+// adaptiveLimit is one tenant's limit controller, in the manner of TCP Vegas:
+// it compares the shortest hold time of each window of samples with a
+// baseline, the shortest hold seen at a low limit. It knows nothing of the
+// Gate: it is fed samples and bounds, and answers with a limit, so it can be
+// tested with a made-up feed. All its methods are O(1); the Gate calls them
+// under its lock.
+//
+// A window is one round of the limit: as many samples as the limit, of
+// permits granted after the limit last changed (earlier ones ran under
+// another limit and would blur the signal). At the end of a window:
+//   - holds inflated beyond Tolerance: the limit is cut towards the
+//     concurrency the baseline suggests, by at most half, not below the floor;
+//   - else, if the tenant used its whole limit in the window: it grows,
+//     doubling while in slow start (from a cold start or a probe until the
+//     first cut), then by one;
+//   - else it stays: a limit not used tells nothing about more concurrency.
+//
+// The baseline falls at once with any shorter hold. To follow it upwards, a
+// window at the floor older than ProbeInterval replaces it; a busy tenant
+// above its floor is sent there for one window (a probe) to get one.
+type adaptiveLimit struct {
+	limit     int   // current limit, within [floor, cap]
+	slowStart bool  // double on growth (until the first cut)
+	baseline  int64 // ns: shortest hold seen at a low limit; 0 until the first sample
+	measured  int64 // clock when the baseline was last measured
+	changed   int64 // clock of the last limit change; older permits are not in the window
+	n         int   // samples in the window
+	winMin    int64 // shortest hold in the window
+	peak      int   // most permits held at once in the window
+}
+
+// newAdaptiveLimit returns a controller for a new tenant: at its floor, in
+// slow start, with no baseline.
+func newAdaptiveLimit(floor int, now int64) *adaptiveLimit {
+	return &adaptiveLimit{limit: floor, slowStart: true, measured: now}
+}
+
+// bound keeps the limit within [floor, cap] after either changed.
+func (a *adaptiveLimit) bound(floor, cap int) int {
+	floor = min(floor, cap)
+	if a.limit < floor {
+		a.limit = floor
+	} else if a.limit > cap {
+		a.limit = cap
+	}
+	return a.limit
+}
+
+// granted notes that the tenant now holds inUse permits.
+func (a *adaptiveLimit) granted(inUse int) {
+	if inUse > a.peak {
+		a.peak = inUse
+	}
+}
+
+// observe feeds one released permit: granted at start, held for hold ns,
+// released at now, when the tenant still holds inUse permits. It returns the
+// new limit.
+func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive, floor, cap int) int {
+	floor = min(floor, cap)
+	hold = max(hold, 1)
+	if hold < a.baseline || a.baseline == 0 {
+		a.baseline, a.measured = hold, now
+	}
+	if start < a.changed {
+		return a.limit // granted under an earlier limit
+	}
+	a.n++
+	if a.n == 1 || hold < a.winMin {
+		a.winMin = hold
+	}
+	if a.n < a.limit {
+		return a.limit
+	}
+
+	// The window is complete.
+	old := a.limit
+	stale := now-a.measured > int64(cfg.ProbeInterval)
+	if stale && old <= floor {
+		// A window at the floor measures the baseline again: a probe's, or
+		// that of a tenant that never needed more.
+		a.baseline, a.measured, stale = a.winMin, now, false
+	}
+	tolerated := int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+	switch {
+	case stale:
+		// Probe: measure the baseline again, at the floor, then grow anew.
+		a.limit, a.slowStart = floor, true
+	case a.winMin > tolerated:
+		// Queueing: cut towards the concurrency at which holds would be
+		// tolerated, at most by half.
+		want := int(float64(old) * float64(tolerated) / float64(a.winMin))
+		a.limit = max(floor, min(old-1, max(want, old/2)))
+		a.slowStart = false
+	case a.peak >= old:
+		if a.slowStart {
+			a.limit = min(cap, 2*old)
+		} else {
+			a.limit = min(cap, old+1)
+		}
+	}
+	a.n, a.peak = 0, inUse
+	if a.limit != old {
+		a.changed = now
+	}
+	return a.limit
+}

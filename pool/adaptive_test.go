@@ -1,0 +1,278 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// workload says how long each of n permits held at once is held.
+type workload func(n int) time.Duration
+
+// cpuBound is work on one core shared by all it runs: n at once take n times
+// as long (processor sharing), which is what queueing inside the database
+// looks like from outside.
+func cpuBound(base time.Duration) workload {
+	return func(n int) time.Duration { return time.Duration(n) * base }
+}
+
+// waitingType is work that waits (a sleep, a lock held elsewhere, a remote
+// call): it takes as long however many run at once.
+func waitingType(base time.Duration) workload {
+	return func(int) time.Duration { return base }
+}
+
+// simulate runs a tenant that always has work waiting through a controller,
+// in rounds: every round the controller's limit is granted at once, held as
+// long as w says for that many, and released in turn. It returns the limit
+// after each round and the clock at the end.
+func simulate(a *adaptiveLimit, cfg Adaptive, floor, cap, rounds int, now int64, w workload) ([]int, int64) {
+	var limits []int
+	for range rounds {
+		n := a.limit
+		start := now
+		for i := range n {
+			a.granted(i + 1)
+		}
+		hold := int64(w(n))
+		now += hold
+		for i := range n {
+			a.observe(start, hold, now, n-1-i, &cfg, floor, cap)
+		}
+		limits = append(limits, a.limit)
+	}
+	return limits, now
+}
+
+type acquired struct {
+	p   Permit
+	err error
+}
+
+func acquireAsync(ctx context.Context, g *Gate, id string) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		p, err := g.Acquire(ctx, id)
+		ch <- acquired{p, err}
+	}()
+	return ch
+}
+
+func adaptiveDefaults(t *testing.T) Adaptive {
+	t.Helper()
+	cfg, err := Adaptive{Enabled: true}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestAdaptiveLimitCPUBoundSettlesNearTheFloor(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	limits, _ := simulate(a, cfg, 2, 10, 40, 1, cpuBound(300*time.Millisecond))
+	// The first round, two at once, sets the baseline at 600 ms; 3 at once
+	// take 900 ms, 1.5 times that: cut. It must never run away to the cap.
+	for i, l := range limits[5:] {
+		if l > 3 {
+			t.Fatalf("round %d: limit %d, want at most 3 once settled; limits %v", i+5, l, limits)
+		}
+	}
+	if a.slowStart {
+		t.Errorf("still in slow start after cuts: %v", limits)
+	}
+}
+
+func TestAdaptiveLimitWaitingTypeReachesTheCapInSlowStart(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	limits, _ := simulate(a, cfg, 2, 10, 20, 1, waitingType(time.Second))
+	// 2 → 4 → 8 → 10: three rounds, as TCP's slow start doubles per round trip.
+	if limits[2] != 10 {
+		t.Fatalf("limit after 3 rounds = %d, want the cap 10; limits %v", limits[2], limits)
+	}
+	for i, l := range limits[2:] {
+		if l != 10 {
+			t.Fatalf("round %d: limit %d fell below the cap with no inflation; %v", i+2, l, limits)
+		}
+	}
+}
+
+func TestAdaptiveLimitIgnoresSubMillisecondJitter(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	rng := rand.New(rand.NewPCG(1, 2))
+	jittery := func(int) time.Duration { return 100*time.Microsecond + time.Duration(rng.IntN(700))*time.Microsecond }
+	limits, _ := simulate(a, cfg, 2, 20, 60, 1, jittery)
+	if last := limits[len(limits)-1]; last != 20 {
+		t.Fatalf("limit %d, want the cap 20: holds of 0.1 to 0.8 ms vary, they do not queue; %v", last, limits)
+	}
+}
+
+func TestAdaptiveLimitDoesNotGrowUnused(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	now := int64(1)
+	for range 100 { // one request at a time
+		a.granted(1)
+		now += int64(10 * time.Millisecond)
+		a.observe(now-int64(10*time.Millisecond), int64(10*time.Millisecond), now, 0, &cfg, 2, 10)
+	}
+	if a.limit != 2 {
+		t.Fatalf("limit %d after 100 requests one at a time, want the floor 2: a limit not used tells nothing", a.limit)
+	}
+}
+
+func TestAdaptiveLimitProbeFollowsDriftUpwards(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = 10 * time.Second
+	a := newAdaptiveLimit(2, 1)
+	limits, now := simulate(a, cfg, 2, 10, 10, 1, waitingType(100*time.Millisecond))
+	if limits[len(limits)-1] != 10 {
+		t.Fatalf("did not reach the cap before the drift: %v", limits)
+	}
+	// Everything now takes three times as long, however much runs: that is
+	// not queueing, but it looks like it until the baseline is measured again.
+	limits, now = simulate(a, cfg, 2, 10, 3, now, waitingType(300*time.Millisecond))
+	if limits[len(limits)-1] != 2 {
+		t.Fatalf("a tripled hold time did not cut to the floor: %v", limits)
+	}
+	limits, _ = simulate(a, cfg, 2, 10, 60, now, waitingType(300*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(300*time.Millisecond) {
+		t.Fatalf("after a probe: limit %d (want 10), baseline %v (want 300ms); %v", last, time.Duration(a.baseline), limits)
+	}
+}
+
+func TestAdaptiveLimitBusyTenantIsProbed(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = 5 * time.Second
+	a := newAdaptiveLimit(2, 1)
+	limits, _ := simulate(a, cfg, 2, 10, 30, 1, waitingType(time.Second))
+	probes := 0
+	for i := 1; i < len(limits); i++ {
+		if limits[i] == 2 && limits[i-1] == 10 {
+			probes++
+		}
+	}
+	if probes < 2 {
+		t.Fatalf("%d probes in 30 s at the cap with ProbeInterval 5s, want at least 2; %v", probes, limits)
+	}
+}
+
+func TestAdaptiveLimitBound(t *testing.T) {
+	a := newAdaptiveLimit(2, 1)
+	a.limit = 8
+	if got := a.bound(2, 5); got != 5 {
+		t.Errorf("bound under a lowered cap = %d, want 5", got)
+	}
+	if got := a.bound(6, 10); got != 6 {
+		t.Errorf("bound under a raised floor = %d, want 6", got)
+	}
+	if got := a.bound(4, 3); got != 3 {
+		t.Errorf("floor above the cap: bound = %d, want the cap 3", got)
+	}
+}
+
+func TestAdaptiveConfigValidation(t *testing.T) {
+	for _, a := range []Adaptive{
+		{Enabled: true, MinConns: -1},
+		{Enabled: true, Tolerance: 1},
+		{Enabled: true, Tolerance: -2},
+		{Enabled: true, ProbeInterval: -time.Second},
+	} {
+		if _, err := New(Config{Capacity: 4, Adaptive: a}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig", a, err)
+		}
+	}
+	if _, err := New(Config{Capacity: 4, Adaptive: Adaptive{MinConns: -1}}); err != nil {
+		t.Errorf("disabled Adaptive is not validated, got %v", err)
+	}
+}
+
+// TestAdaptiveGate drives a Gate with a fake clock: the effective limit
+// starts at the floor, doubles when used without inflation, and a cut
+// revokes nothing, sends a request holding a slot above it back to wait for
+// the cap, and new grants wait until the tenant is below it.
+func TestAdaptiveGate(t *testing.T) {
+	violations := countViolations(t)
+	g, clock := newTestGate(t, Config{Capacity: 10, MaxReserved: 1,
+		Plans:    map[string]Plan{"p": {MaxConns: 8, MaxWaiting: Unbounded}},
+		Adaptive: Adaptive{Enabled: true}})
+	ctx := context.Background()
+	eff := func() int {
+		s, _ := g.TenantStats("a")
+		return s.EffectiveLimit
+	}
+	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a")
+	if s, _ := g.TenantStats("a"); s.Limit != 8 || s.EffectiveLimit != 2 {
+		t.Fatalf("cold tenant: Limit %d EffectiveLimit %d, want 8 and the floor 2", s.Limit, s.EffectiveLimit)
+	}
+	clock.advance(10 * time.Millisecond)
+	p1.Release()
+	p2.Release() // the window of 2 is complete: used, not inflated
+	if got := eff(); got != 4 {
+		t.Fatalf("after a used window without inflation: effective limit %d, want 4", got)
+	}
+
+	clock.advance(time.Millisecond)
+	held := []Permit{acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a")}
+	waiters := make(chan acquired, 2)
+	for range 2 {
+		go func() { p, err := g.Acquire(ctx, "a"); waiters <- acquired{p, err} }()
+	}
+	waitUntil(t, "two wait", func() bool { return g.Stats().Waiting == 2 })
+	clock.advance(40 * time.Millisecond) // four at once took four times as long
+	held[0].Release()
+	held[1].Release()
+	// The two waiters took the freed slots (4 held again), and the window is
+	// not complete until all four of the round are back.
+	w1, w2 := recvErr(t, waiters), recvErr(t, waiters)
+	if w1.err != nil || w2.err != nil {
+		t.Fatal(w1.err, w2.err)
+	}
+	held[2].Release()
+	held[3].Release()
+	if got := eff(); got != 2 {
+		t.Fatalf("after holds 4x the baseline: effective limit %d, want the floor 2", got)
+	}
+	if s, _ := g.TenantStats("a"); s.InUse != 2 {
+		t.Fatalf("in use %d, want the 2 granted before the cut", s.InUse)
+	}
+	ch := acquireAsync(ctx, g, "a") // at the new limit: waits
+	waitUntil(t, "a request waits at the cut limit", func() bool { return g.Stats().Waiting == 1 })
+	w1.p.Release()
+	r := recvErr(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	w2.p.Release()
+	r.p.Release()
+	if n := violations.Load(); n != 0 {
+		t.Fatalf("%d grants above the effective limit", n)
+	}
+	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+		t.Fatalf("%d in use, %d waiting at the end", s.InUse, s.Waiting)
+	}
+}
+
+func TestAdaptiveOffLeavesTheCap(t *testing.T) {
+	g, _ := newTestGate(t, Config{Capacity: 4, Plans: map[string]Plan{"p": {MaxConns: 3}}})
+	p := acquire(t, g, "a")
+	defer p.Release()
+	if s, _ := g.TenantStats("a"); s.Limit != 3 || s.EffectiveLimit != 3 {
+		t.Fatalf("Limit %d EffectiveLimit %d, want both the cap 3", s.Limit, s.EffectiveLimit)
+	}
+}
+
+func TestAdaptiveFloorKeepsTheReservation(t *testing.T) {
+	g, _ := newTestGate(t, Config{Capacity: 10, MaxReserved: 5,
+		Plans:    map[string]Plan{"p": {MaxConns: 8, ReservedConns: 4}},
+		Adaptive: Adaptive{Enabled: true}})
+	p := acquire(t, g, "a")
+	defer p.Release()
+	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 4 || s.Reserved != 4 {
+		t.Fatalf("EffectiveLimit %d Reserved %d, want both 4: the floor is raised to the reservation", s.EffectiveLimit, s.Reserved)
+	}
+}
