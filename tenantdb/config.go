@@ -17,6 +17,12 @@ type Plan = pool.Plan
 // override. See pool.Tenant.
 type Tenant = pool.Tenant
 
+// Adaptive configures adaptive per-tenant limits: each tenant's effective
+// limit moves between a floor and its cap, cut when its queries' times
+// inflate as its concurrency rises (CPU-bound queries queueing inside
+// PostgreSQL) and raised while they do not. See pool.Adaptive for every field.
+type Adaptive = pool.Adaptive
+
 // Unbounded, as Plan.MaxWaiting, asks for an unbounded per-tenant queue.
 const Unbounded = pool.Unbounded
 
@@ -90,6 +96,13 @@ type Config struct {
 	// Logger receives New's sizing warnings (see Capacity). Default nil:
 	// slog.Default(); slog.New(slog.DiscardHandler) silences them.
 	Logger *slog.Logger
+
+	// Adaptive, when Enabled, lowers a tenant's effective limit below its
+	// cap while its own queries show that more of them at once only queue
+	// inside the database, and raises it back while they do not. Waiting-type
+	// work (pg_sleep, lock waits elsewhere, slow remote calls) keeps its cap.
+	// TenantStat's EffectiveLimit shows where each tenant is. Default off.
+	Adaptive Adaptive
 }
 
 func (c Config) gateConfig(capacity int) pool.Config {
@@ -106,5 +119,6 @@ func (c Config) gateConfig(capacity int) pool.Config {
 		MaxRetryAfter:  c.MaxRetryAfter,
 		Tracer:         c.Tracer,
 		Cluster:        c.Cluster,
+		Adaptive:       c.Adaptive,
 	}
 }

@@ -123,9 +123,10 @@ func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) 
 func endAcquireSpan(span trace.Span, d pool.TraceAcquireEndData) {
 	// One SetAttributes call: the SDK grows and deduplicates the span's
 	// attributes on each.
-	attrs := make([]attribute.KeyValue, 0, 12)
+	attrs := make([]attribute.KeyValue, 0, 13)
 	if d.Plan != "" { // empty when the request failed before the tenant was resolved
-		attrs = append(attrs, PlanKey.String(d.Plan), LimitKey.Int(d.Limit), InUseKey.Int(d.InUse))
+		attrs = append(attrs, PlanKey.String(d.Plan), LimitKey.Int(d.Limit),
+			EffectiveLimitKey.Int(d.EffectiveLimit), InUseKey.Int(d.InUse))
 	}
 	attrs = append(attrs,
 		QueuePositionKey.Int(d.Position),

@@ -55,13 +55,14 @@ func TestAdmissionSpansAndMetricsForEveryOutcome(t *testing.T) {
 	a := mustAcquire(t, ctx, g, "a")
 	s := lastSpan(t, "acquired")
 	for key, want := range map[attribute.Key]attribute.Value{
-		tracing.TenantKey:        attribute.StringValue("a"),
-		tracing.PlanKey:          attribute.StringValue("std"),
-		tracing.LimitKey:         attribute.IntValue(1),
-		tracing.InUseKey:         attribute.IntValue(0),
-		tracing.QueuePositionKey: attribute.IntValue(0),
-		tracing.TenantWaitKey:    attribute.Float64Value(0),
-		tracing.GlobalWaitKey:    attribute.Float64Value(0),
+		tracing.TenantKey:         attribute.StringValue("a"),
+		tracing.PlanKey:           attribute.StringValue("std"),
+		tracing.LimitKey:          attribute.IntValue(1),
+		tracing.EffectiveLimitKey: attribute.IntValue(1),
+		tracing.InUseKey:          attribute.IntValue(0),
+		tracing.QueuePositionKey:  attribute.IntValue(0),
+		tracing.TenantWaitKey:     attribute.Float64Value(0),
+		tracing.GlobalWaitKey:     attribute.Float64Value(0),
 	} {
 		if got := mustAttr(t, s, key); got != want {
 			t.Errorf("acquired: %s = %v, want %v", key, got.Emit(), want.Emit())

@@ -18,6 +18,9 @@ const (
 	PlanKey = attribute.Key("tenantdb.tenant.plan")
 	// LimitKey is the tenant's cap when the request arrived.
 	LimitKey = attribute.Key("tenantdb.tenant.limit")
+	// EffectiveLimitKey is the tenant's effective limit when the request
+	// arrived: its cap, or its adaptive limit below it (tenantdb.Config.Adaptive).
+	EffectiveLimitKey = attribute.Key("tenantdb.tenant.effective_limit")
 	// InUseKey is what the tenant held when the request arrived.
 	InUseKey = attribute.Key("tenantdb.tenant.in_use")
 	// QueuePositionKey is the request's place in line on arrival: 0 when it

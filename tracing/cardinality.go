@@ -208,6 +208,7 @@ type gaugePoint struct {
 	obs            []metric.ObserveOption
 	inUse, waiting int64
 	limit          int64 // -1: not a single tenant, no limit to report
+	effective      int64 // the effective limit, when limit is reported
 }
 
 // collect turns the Gate's tenant stats into the gauge points of one
@@ -231,11 +232,11 @@ func (l *labeler) collect(stats []pool.TenantStats) []gaugePoint {
 			if !ok {
 				j = len(points)
 				idx[s] = j
-				limit := int64(-1)
+				limit, effective := int64(-1), int64(-1)
 				if l.card.by == byTenant {
-					limit = int64(st.Limit)
+					limit, effective = int64(st.Limit), int64(st.EffectiveLimit)
 				}
-				points = append(points, gaugePoint{obs: s.obs, limit: limit})
+				points = append(points, gaugePoint{obs: s.obs, limit: limit, effective: effective})
 			}
 			points[j].inUse += int64(st.InUse)
 			points[j].waiting += int64(st.Waiting)
@@ -254,7 +255,7 @@ func (l *labeler) collect(stats []pool.TenantStats) []gaugePoint {
 				obs = newSeries(l.key, st.Tenant, l.base).obs
 			}
 			points = append(points, gaugePoint{obs: obs, inUse: int64(st.InUse),
-				waiting: int64(st.Waiting), limit: int64(st.Limit)})
+				waiting: int64(st.Waiting), limit: int64(st.Limit), effective: int64(st.EffectiveLimit)})
 		}
 		for i := range stats {
 			if _, ok := top[stats[i].Tenant]; !ok {

@@ -19,13 +19,14 @@ type instruments struct {
 	opDuration   metric.Float64Histogram // db.client.operation.duration
 
 	// Per-tenant instruments, labelled by labels.
-	tenantCount      metric.Int64ObservableUpDownCounter
-	tenantPending    metric.Int64ObservableUpDownCounter
-	tenantMax        metric.Int64ObservableUpDownCounter
-	tenantRejections metric.Int64Counter
-	tenantWait       metric.Float64Histogram
-	tenantUse        metric.Float64Histogram
-	tenantLeaks      metric.Int64Counter
+	tenantCount        metric.Int64ObservableUpDownCounter
+	tenantPending      metric.Int64ObservableUpDownCounter
+	tenantMax          metric.Int64ObservableUpDownCounter
+	tenantEffectiveMax metric.Int64ObservableUpDownCounter
+	tenantRejections   metric.Int64Counter
+	tenantWait         metric.Float64Histogram
+	tenantUse          metric.Float64Histogram
+	tenantLeaks        metric.Int64Counter
 }
 
 // durationBuckets are the explicit histogram boundaries, in seconds, that the
@@ -78,6 +79,11 @@ func (in *instruments) create(m metric.Meter) error {
 	in.tenantMax, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.max",
 		metric.WithUnit("{connection}"),
 		metric.WithDescription("A tenant's cap on connections; reported for tenant labels only."))
+	check(err)
+	in.tenantEffectiveMax, err = m.Int64ObservableUpDownCounter("tenantdb.tenant.connection.effective_max",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A tenant's effective limit: its cap, or with adaptive limits what it may hold now; "+
+			"reported for tenant labels only."))
 	check(err)
 	in.tenantRejections, err = m.Int64Counter("tenantdb.tenant.connection.rejections",
 		metric.WithUnit("{request}"),

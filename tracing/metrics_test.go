@@ -43,6 +43,7 @@ func TestObserveGateReportsPoolAndTenantGauges(t *testing.T) {
 		{"tenantdb.tenant.connection.count", 2, []attribute.KeyValue{a}},
 		{"tenantdb.tenant.connection.pending_requests", 1, []attribute.KeyValue{a}},
 		{"tenantdb.tenant.connection.max", 2, []attribute.KeyValue{a}},
+		{"tenantdb.tenant.connection.effective_max", 2, []attribute.KeyValue{a}},
 	} {
 		kvs := append([]attribute.KeyValue{poolAttr}, c.attr...)
 		if c.name == "db.client.connection.count" {
@@ -83,4 +84,44 @@ func TestObserveGateReportsPoolAndTenantGauges(t *testing.T) {
 		t.Fatalf("ObserveGate after stop: %v", err)
 	}
 	_ = stop()
+}
+
+// TestAdaptiveEffectiveLimitInMetricAndSpan: with adaptive limits a cold
+// tenant starts at the floor, below its cap; the gauge and the admission
+// span both say so, next to the cap.
+func TestAdaptiveEffectiveLimitInMetricAndSpan(t *testing.T) {
+	e := newEnv(t, tracing.WithCardinality(tracing.ByTenant(10)))
+	g := newGate(t, e.tr, pool.Config{
+		Capacity: 8,
+		Plans:    map[string]pool.Plan{"std": {MaxConns: 6}},
+		Adaptive: pool.Adaptive{Enabled: true, MinConns: 2},
+	})
+	stop, err := e.tr.ObserveGate(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx, root := e.root(context.Background())
+	p := mustAcquire(t, ctx, g, "a")
+	defer p.Release()
+	root.End()
+	rm := e.collect(t)
+	a := tracing.TenantKey.String("a")
+	if got := value(t, rm, "tenantdb.tenant.connection.max", a).value; got != 6 {
+		t.Errorf("max = %v, want the cap 6", got)
+	}
+	if got := value(t, rm, "tenantdb.tenant.connection.effective_max", a).value; got != 2 {
+		t.Errorf("effective_max = %v, want the floor 2", got)
+	}
+	spans := e.ended("tenantdb.acquire")
+	if len(spans) == 0 {
+		t.Fatal("no admission span")
+	}
+	s := spans[len(spans)-1]
+	if got := mustAttr(t, s, tracing.EffectiveLimitKey).AsInt64(); got != 2 {
+		t.Errorf("span %s = %d, want 2", tracing.EffectiveLimitKey, got)
+	}
+	if got := mustAttr(t, s, tracing.LimitKey).AsInt64(); got != 6 {
+		t.Errorf("span %s = %d, want 6", tracing.LimitKey, got)
+	}
 }

@@ -74,10 +74,11 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 			o.ObserveInt64(t.tenantPending, pt.waiting, pt.obs...)
 			if pt.limit >= 0 {
 				o.ObserveInt64(t.tenantMax, pt.limit, pt.obs...)
+				o.ObserveInt64(t.tenantEffectiveMax, pt.effective, pt.obs...)
 			}
 		}
 		return nil
-	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax)
+	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax)
 	if err != nil {
 		t.mu.Lock()
 		t.observing = false
