@@ -102,10 +102,13 @@ type adaptiveLimit struct {
 	slowStart bool  // double on growth (until the first cut)
 	baseline  int64 // ns: shortest hold seen at a low limit; 0 until the first sample
 	measured  int64 // clock when the baseline was last measured
-	changed   int64 // clock of the last limit change; older permits are not in the window
-	n         int   // samples in the window
-	winMin    int64 // shortest hold in the window
-	peak      int   // most permits held at once in the window
+	changed   int64 // clock of the last limit change; older permits are not in the window...
+	// ... unless it was a rise and they were granted after prevChanged.
+	prevChanged int64
+	cut         bool  // the last change was a cut
+	n           int   // samples in the window
+	winMin      int64 // shortest hold in the window
+	peak        int   // most permits held at once in the window
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
@@ -141,8 +144,12 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if hold < a.baseline || a.baseline == 0 {
 		a.baseline, a.measured = hold, now
 	}
-	if start < a.changed {
-		return a.limit // granted under an earlier limit
+	if start < a.changed && (a.cut || start < a.prevChanged) {
+		// Granted under an earlier limit. After a rise, permits of the
+		// window before count too: they overlap the new one, and without
+		// them a window would close a round late, as the requests granted
+		// while it was closing are left out.
+		return a.limit
 	}
 	a.n++
 	if a.n == 1 || hold < a.winMin {
@@ -180,7 +187,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	}
 	a.n, a.peak = 0, inUse
 	if a.limit != old {
-		a.changed = now
+		a.prevChanged, a.changed, a.cut = a.changed, now, a.limit < old
 	}
 	return a.limit
 }

@@ -60,6 +60,66 @@ func acquireAsync(ctx context.Context, g *Gate, id string) <-chan acquired {
 	return ch
 }
 
+// simulateClosedLoop runs a tenant that always has work waiting, as the
+// Gate does: each release is fed to the controller, then freed slots are
+// granted at once, so rounds overlap. Each permit is held as long as w says
+// for the permits held when it was granted. It returns the limit at every
+// multiple of step, up to d.
+func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step time.Duration, w workload) []int {
+	type permit struct{ start, end int64 }
+	var held []permit
+	now := int64(1)
+	grant := func() {
+		for len(held) < a.limit {
+			a.granted(len(held) + 1)
+			held = append(held, permit{start: now, end: now + int64(w(len(held)+1))})
+		}
+	}
+	grant()
+	var limits []int
+	next := int64(step)
+	for now < int64(d) {
+		i := 0
+		for j := range held {
+			if held[j].end < held[i].end {
+				i = j
+			}
+		}
+		p := held[i]
+		for next <= p.end && next <= int64(d) {
+			limits = append(limits, a.limit)
+			next += int64(step)
+		}
+		now = p.end
+		held = append(held[:i], held[i+1:]...)
+		a.observe(p.start, p.end-p.start, now, len(held), &cfg, floor, cap)
+		grant()
+	}
+	return limits
+}
+
+func TestAdaptiveLimitClosedLoopSlowStartDoublesEveryRound(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	// Permits released one at a time, each replaced at once.
+	limits := simulateClosedLoop(a, cfg, 2, 10, 10*time.Second, 500*time.Millisecond, waitingType(time.Second))
+	// At 0.5 s: 2; at 1.5 s: 4; at 2.5 s: 8; from 3 s on: the cap.
+	if limits[0] != 2 || limits[2] != 4 || limits[4] != 8 || limits[6] != 10 || limits[len(limits)-1] != 10 {
+		t.Fatalf("limits every 0.5 s: %v, want 2 4 8 then 10 a round apart", limits)
+	}
+}
+
+func TestAdaptiveLimitClosedLoopCPUBound(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(2, 1)
+	limits := simulateClosedLoop(a, cfg, 2, 10, 60*time.Second, time.Second, cpuBound(300*time.Millisecond))
+	for i, l := range limits[5:] {
+		if l > 3 {
+			t.Fatalf("at %d s: limit %d, want at most 3 once settled; %v", i+5, l, limits)
+		}
+	}
+}
+
 func adaptiveDefaults(t *testing.T) Adaptive {
 	t.Helper()
 	cfg, err := Adaptive{Enabled: true}.withDefaults()
