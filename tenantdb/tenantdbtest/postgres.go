@@ -63,6 +63,7 @@ type postgresConfig struct {
 	settings       []string // "name=value", each passed as "postgres -c name=value"
 	initScripts    []string
 	startupTimeout time.Duration
+	cpuset         string
 }
 
 // PostgresOption configures StartPostgres and RunPostgres.
@@ -107,6 +108,16 @@ func WithMaxConnections(n int) PostgresOption {
 // WithDatabase; keep them in a testdata directory.
 func WithInitScripts(paths ...string) PostgresOption {
 	return func(c *postgresConfig) { c.initScripts = append(c.initScripts, paths...) }
+}
+
+// WithCPUSet confines the server to the host CPUs listed, in the form of
+// docker run --cpuset-cpus ("1", "0-1", "0,2"): for tests of CPU-bound load,
+// where the database must saturate while the client keeps a core of its
+// own. A set rather than a CPU quota, because a quota throttles the whole
+// server in 100 ms periods, which shows up as latency spikes of its own.
+// Default: all CPUs.
+func WithCPUSet(cpus string) PostgresOption {
+	return func(c *postgresConfig) { c.cpuset = cpus }
 }
 
 // WithPostgresStartupTimeout bounds how long starting (and each Start after
@@ -222,6 +233,7 @@ func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) 
 				// PostgreSQL's dynamic shared memory with hundreds
 				// of connections or parallel queries.
 				hc.ShmSize = 256 << 20
+				hc.CpusetCpus = cfg.cpuset
 			}),
 			testcontainers.WithConfigModifier(func(c *container.Config) {
 				// Fast shutdown, as the official image's STOPSIGNAL:
