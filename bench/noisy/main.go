@@ -31,6 +31,7 @@ func main() {
 	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
 	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.StringVar(&opts.cpuset, "cpuset", "1", "host CPUs for the CPU-bound scenarios' PostgreSQL (docker --cpuset-cpus); one CPU, so the client keeps the others")
 	flag.StringVar(&opts.otlp, "otlp", "", "send the run's traces to this OTLP/gRPC endpoint, e.g. Jaeger's localhost:4317")
 	flag.StringVar(&opts.metrics, "metrics", "", "serve the run's metrics for Prometheus at http://ADDR/metrics, e.g. localhost:9464")
 	flag.Parse()
@@ -49,7 +50,7 @@ func main() {
 
 type options struct {
 	dsn, out, only, otlp string
-	metrics              string
+	metrics, cpuset      string
 	scale                float64
 	json                 bool
 }

@@ -20,6 +20,13 @@ func markdownTable(rs []result, scale float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nNoisy tenant: 200 queries of %s at once; quiet tenant: 50 queries of %s spread over %s (scale %g).\n\n",
 		fmtDur(1000*scale), fmtDur(20*scale), fmtDur(1000*scale), scale)
+	for _, r := range rs {
+		if strings.HasPrefix(r.Scenario, "cpu-") {
+			fmt.Fprintf(&b, "CPU-bound scenarios (cpu-*, not scaled): PostgreSQL confined to one CPU; noisy tenant: %d scans computing md5 "+
+				"over 300,000 rows at once; quiet tenant: a 200-row key-range read every %v while they run.\n\n", cpuNoisyN, cpuQuietPace)
+			break
+		}
+	}
 	b.WriteString("| scenario | tenant | p50 | p99 | max | completed | rejected | makespan |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
@@ -91,7 +98,7 @@ func targets(rs []result, scale float64) string {
 		}
 		fmt.Fprintf(&b, "- %s: %s\n", mark, fmt.Sprintf(format, args...))
 	}
-	for _, sc := range []string{"queue", "reject"} {
+	for _, sc := range []string{"queue", "reject", "queue-adaptive"} {
 		q, ok1 := find(rs, sc, "quiet")
 		u, ok2 := find(rs, sc, "quiet-unloaded")
 		if !ok1 || !ok2 || u.P50 == 0 {
@@ -107,6 +114,31 @@ func targets(rs []result, scale float64) string {
 		ideal := 200 * 1000 * scale / perTenantCap
 		check(n.Completed == 200 && n.Makespan <= 1.1*ideal,
 			"queue: noisy completed %d/200 in %s, %.3fx the ideal %s (target all, ≤ 1.1x)", n.Completed, fmtDur(n.Makespan), n.Makespan/ideal, fmtDur(ideal))
+	}
+	if n, ok := find(rs, "queue-adaptive", "noisy"); ok {
+		ideal := 200 * 1000 * scale / perTenantCap
+		check(n.Completed == 200 && n.Makespan <= 1.15*ideal,
+			"queue-adaptive: noisy completed %d/200 in %s, %.3fx the ideal %s (target all, ≤ 1.15x)", n.Completed, fmtDur(n.Makespan), n.Makespan/ideal, fmtDur(ideal))
+	}
+	for _, sc := range []string{"cpu-static10", "cpu-static2", "cpu-adaptive"} {
+		q, ok1 := find(rs, sc, "quiet")
+		u, ok2 := find(rs, sc, "quiet-unloaded")
+		n, _ := find(rs, sc, "noisy")
+		if !ok1 || !ok2 || u.P50 == 0 {
+			continue
+		}
+		if sc != "cpu-adaptive" {
+			fmt.Fprintf(&b, "- %s: quiet p50 %.2fx unloaded, p99 %.1fx unloaded p50; noisy %d/%d in %s\n",
+				sc, q.P50/u.P50, q.P99/u.P50, n.Completed, cpuNoisyN, fmtDur(n.Makespan))
+			continue
+		}
+		check(q.P50 <= 1.5*u.P50, "%s: quiet p50 %.2fx unloaded (target ≤ 1.5x)", sc, q.P50/u.P50)
+		check(q.P99 <= 20*u.P50, "%s: quiet p99 %.1fx unloaded p50 (target ≤ 20x)", sc, q.P99/u.P50)
+		if s, ok := find(rs, "cpu-static10", "noisy"); ok && s.Makespan > 0 {
+			check(n.Completed == cpuNoisyN && n.Makespan <= 1.3*s.Makespan,
+				"%s: noisy completed %d/%d in %s, %.2fx static cap 10's %s (target all, ≤ 1.3x)",
+				sc, n.Completed, cpuNoisyN, fmtDur(n.Makespan), n.Makespan/s.Makespan, fmtDur(s.Makespan))
+		}
 	}
 	if n, ok := find(rs, "reject", "noisy"); ok {
 		check(n.Completed == perTenantCap && n.Rejected == 200-perTenantCap && n.MaxReject <= 5,

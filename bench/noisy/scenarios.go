@@ -30,6 +30,19 @@ var scenarios = []scenario{
 	{"fair", "tenantdb, oversubscribed plans: noisy may take all 20, quiet's plan weighs 4x and reserves 4", runTenantdb(plansFair(4))},
 	{"fair-noreserve", "as fair, without the reservation", runTenantdb(plansFair(0))},
 	{"pgbouncer", "PgBouncer, one database user per tenant, max_user_connections=10, max_db_connections=20", runPgBouncer},
+	{"queue-adaptive", "as queue, with adaptive limits: waiting-type work must keep its cap", runTenantdb(adaptive(plansQueue))},
+	{"cpu-static10", "CPU-bound noisy scans on a one-CPU PostgreSQL, static cap 10", runCPUBound(perTenantCap, false)},
+	{"cpu-static2", "as cpu-static10, static cap 2", runCPUBound(2, false)},
+	{"cpu-adaptive", "as cpu-static10, with adaptive limits", runCPUBound(perTenantCap, true)},
+}
+
+// adaptive turns adaptive limits on in a scenario's configuration.
+func adaptive(plans func(workload) tenantdb.Config) func(workload) tenantdb.Config {
+	return func(w workload) tenantdb.Config {
+		c := plans(w)
+		c.Adaptive.Enabled = true
+		return c
+	}
 }
 
 func scenarioNames() []string {
@@ -42,9 +55,12 @@ func scenarioNames() []string {
 
 // environment is what every scenario shares.
 type environment struct {
-	pg     *tenantdbtest.Postgres
-	work   workload
-	tracer *tracing.Tracer // nil unless -otlp or -metrics
+	pg       *tenantdbtest.Postgres
+	external bool                   // pg is the -dsn server, not one started here
+	cpuset   string                 // CPUs for the CPU-bound scenarios' server
+	cpuPG    *tenantdbtest.Postgres // started by the first CPU-bound scenario
+	work     workload
+	tracer   *tracing.Tracer // nil unless -otlp or -metrics
 	// observe registers each tenantdb pool's gauges with the tracer
 	// (-metrics): they are read at each scrape.
 	observe bool
@@ -52,7 +68,7 @@ type environment struct {
 }
 
 func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
-	env := &environment{pg: pg, work: newWorkload(opts.scale)}
+	env := &environment{pg: pg, external: opts.dsn != "", cpuset: opts.cpuset, work: newWorkload(opts.scale)}
 	// Two tenants, both worth a label of their own from their first
 	// request: the default TopTenants labels a tenant only once a
 	// collection has seen it busy, after the noisy burst has begun.
