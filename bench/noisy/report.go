@@ -267,7 +267,8 @@ func chart(path string, rs []result, scale float64) error {
 	p.Legend.Left = true
 	p.Legend.XOffs = vg.Points(10)
 	p.NominalX(names...)
-	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+	// About 0.85 inch per pair of bars, so that the scenario names do not run together.
+	return p.Save(max(8*vg.Inch, vg.Length(len(names))*0.85*vg.Inch), 4*vg.Inch, path)
 }
 
 func slicesMin(vs plotter.Values) float64 {
