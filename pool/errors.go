@@ -39,7 +39,9 @@ var (
 type OverLimitError struct {
 	// Tenant is the tenant whose cap was reached.
 	Tenant string
-	// Limit is the tenant's cap at the time of the refusal.
+	// Limit is the tenant's cap at the time of the refusal: its effective
+	// limit, lower than the cap while Config.Adaptive holds it down (a
+	// refusal by the cluster limiter reports the cluster-wide cap).
 	Limit int
 	// RetryAfter estimates when a retry is likely to find a free slot, from the
 	// tenant's observed hold times and how many of its requests are ahead.
