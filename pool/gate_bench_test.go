@@ -33,6 +33,23 @@ func BenchmarkUncontended(b *testing.B) {
 			p.Release()
 		}
 	})
+	b.Run("GateAdaptive", func(b *testing.B) { // every hold timed and fed to the controller
+		g, err := pool.New(pool.Config{Capacity: 20, Plans: map[string]pool.Plan{"p": {MaxConns: 10}},
+			Adaptive: pool.Adaptive{Enabled: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := g.Acquire(ctx, "acme")
+		p.Release()
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := g.Acquire(ctx, "acme")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		}
+	})
 	b.Run("XSyncSemaphore", func(b *testing.B) {
 		s := semaphore.NewWeighted(10)
 		b.ReportAllocs()
