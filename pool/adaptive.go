@@ -2,7 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -32,7 +31,7 @@ type Adaptive struct {
 	// (the shortest observed at a low limit) before its limit is lowered:
 	// 1.3 lowers it once holds take 30% longer than the baseline (plus 1 ms,
 	// so the jitter of sub-millisecond work is not taken for queueing).
-	// Default 1.3; at least 1.05.
+	// Default 1.3; from 1.05 to 100.
 	Tolerance float64
 
 	// ProbeInterval is how often a busy tenant's baseline is measured again:
@@ -47,6 +46,7 @@ const (
 	defaultAdaptiveMinConns  = 2
 	defaultAdaptiveTolerance = 1.3
 	minAdaptiveTolerance     = 1.05
+	maxAdaptiveTolerance     = 100 // beyond it the tolerated hold could overflow; the limit would never be cut anyway
 	defaultProbeInterval     = 2 * time.Minute
 )
 
@@ -62,8 +62,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 	if a.MinConns < 0 || a.ProbeInterval < 0 {
 		return a, fmt.Errorf("%w: Adaptive.MinConns and ProbeInterval must not be negative", ErrInvalidConfig)
 	}
-	if a.Tolerance != 0 && !(a.Tolerance >= minAdaptiveTolerance) || math.IsInf(a.Tolerance, 0) {
-		return a, fmt.Errorf("%w: Adaptive.Tolerance must be at least %v, got %v", ErrInvalidConfig, minAdaptiveTolerance, a.Tolerance)
+	if a.Tolerance != 0 && !(a.Tolerance >= minAdaptiveTolerance && a.Tolerance <= maxAdaptiveTolerance) {
+		return a, fmt.Errorf("%w: Adaptive.Tolerance must be from %v to %v, got %v",
+			ErrInvalidConfig, minAdaptiveTolerance, maxAdaptiveTolerance, a.Tolerance)
 	}
 	if a.MinConns == 0 {
 		a.MinConns = defaultAdaptiveMinConns

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -240,6 +241,9 @@ func TestAdaptiveConfigValidation(t *testing.T) {
 		{Enabled: true, MinConns: -1},
 		{Enabled: true, Tolerance: 1},
 		{Enabled: true, Tolerance: -2},
+		{Enabled: true, Tolerance: 101},
+		{Enabled: true, Tolerance: math.NaN()},
+		{Enabled: true, Tolerance: math.Inf(1)},
 		{Enabled: true, ProbeInterval: -time.Second},
 	} {
 		if _, err := New(Config{Capacity: 4, Adaptive: a}); !errors.Is(err, ErrInvalidConfig) {

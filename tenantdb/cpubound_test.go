@@ -246,9 +246,9 @@ func cpuAttempt(t *testing.T, pg *tenantdbtest.Postgres) []string {
 // TestAdaptiveLimitsKeepWaitingWork: a pg_sleep burst does not inflate with
 // concurrency, so the adaptive limit climbs to the cap and the burst takes
 // about as long as under the static cap (slow start costs about
-// log2(cap/floor) rounds of the burst's 20); and the quiet tenant stays isolated.
+// log2(cap/floor) rounds of the burst's 30); and the quiet tenant stays isolated.
 func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
-	const n, sleep = 200, 100 * time.Millisecond
+	const n, sleep = 300, 100 * time.Millisecond
 	run := func(adaptive bool) (burstResult, time.Duration) {
 		p := cpuPool(t, sharedPG, perTenantCap, adaptive)
 		unloaded := percentile(lookupLoop(t, p, 20, quietSleep, nil), 0.5)
