@@ -80,7 +80,8 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 
 // adaptiveLimit is one tenant's limit controller, in the manner of TCP Vegas:
 // it compares the shortest hold time of each window of samples with a
-// baseline, the shortest hold seen at a low limit. It knows nothing of the
+// baseline, the shortest hold seen (a tenant starts at its floor, so that is
+// a hold at low concurrency). It knows nothing of the
 // Gate: it is fed samples and bounds, and answers with a limit, so it can be
 // tested with a made-up feed. All its methods are O(1); the Gate calls them
 // under its lock.
@@ -101,15 +102,16 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 type adaptiveLimit struct {
 	limit     int   // current limit, within [floor, cap]
 	slowStart bool  // double on growth (until the first cut)
-	baseline  int64 // ns: shortest hold seen at a low limit; 0 until the first sample
-	measured  int64 // clock when the baseline was last measured
-	changed   int64 // clock of the last limit change; older permits are not in the window...
-	// ... unless it was a rise and they were granted after prevChanged.
-	prevChanged int64
-	cut         bool  // the last change was a cut
-	n           int   // samples in the window
-	winMin      int64 // shortest hold in the window
-	peak        int   // most permits held at once in the window
+	baseline  int64 // ns: shortest hold seen; 0 until the first sample
+	measured  int64 // clock when the baseline was last set
+	// changed is the clock of the last limit change: permits granted before
+	// it are not in the window, unless the change was a rise (not cut) and
+	// they were granted after prevChanged, the change before.
+	changed, prevChanged int64
+	cut                  bool
+	n                    int   // samples in the window
+	winMin               int64 // shortest hold in the window
+	peak                 int   // most permits held at once in the window
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
