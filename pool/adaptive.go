@@ -15,6 +15,11 @@ import (
 // (sleeps, calls to slow remote services) does not inflate with concurrency
 // and keeps its whole cap.
 //
+// A request over the effective limit but under the cap waits for the
+// effective limit, outside the plan's MaxWaiting: a plan that rejects over
+// its cap (MaxWaiting 0) still rejects only over its cap. Such waits are
+// bounded by the cap, the plan's MaxWait and the caller's context.
+//
 // The zero value is off.
 type Adaptive struct {
 	// Enabled turns adaptive limits on. Every permit's hold time is then

@@ -340,3 +340,38 @@ func TestAdaptiveFloorKeepsTheReservation(t *testing.T) {
 		t.Fatalf("EffectiveLimit %d Reserved %d, want both 4: the floor is raised to the reservation", s.EffectiveLimit, s.Reserved)
 	}
 }
+
+// TestAdaptiveRejectPlanRejectsOnlyOverTheCap: with MaxWaiting 0, requests
+// over the effective limit but under the cap wait for it; only those over
+// the cap are rejected, at once.
+func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
+	violations := countViolations(t)
+	g, clock := newTestGate(t, Config{Capacity: 10, MaxReserved: 1,
+		Plans:    map[string]Plan{"p": {MaxConns: 4}}, // MaxWaiting 0: reject over the cap
+		Adaptive: Adaptive{Enabled: true}})
+	ctx := context.Background()
+	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a") // the floor, 2
+	w3, w4 := acquireAsync(ctx, g, "a"), acquireAsync(ctx, g, "a")
+	waitUntil(t, "two wait for the effective limit", func() bool { return g.Stats().Waiting == 2 })
+	_, err := g.Acquire(ctx, "a")
+	var over *OverLimitError
+	if !errors.As(err, &over) {
+		t.Fatalf("fifth request: %v, want an *OverLimitError: it is over the cap of 4", err)
+	}
+	clock.advance(10 * time.Millisecond)
+	p1.Release() // one of the two waiting takes the slot
+	waitUntil(t, "one waiter is served", func() bool { return g.Stats().Waiting == 1 })
+	p2.Release() // a window of 2 without inflation: the limit doubles to 4, the other is served
+	r3, r4 := recvErr(t, w3), recvErr(t, w4)
+	if r3.err != nil || r4.err != nil {
+		t.Fatal(r3.err, r4.err)
+	}
+	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 4 || s.InUse != 2 || s.Rejected != 1 {
+		t.Fatalf("effective limit %d, in use %d, rejected %d; want 4, 2, 1", s.EffectiveLimit, s.InUse, s.Rejected)
+	}
+	r3.p.Release()
+	r4.p.Release()
+	if n := violations.Load(); n != 0 {
+		t.Fatalf("%d grants above the effective limit", n)
+	}
+}

@@ -180,7 +180,14 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if !withinCap {
 		// Decided before anything is allocated or the clock read: a tenant
 		// flooding past its cap is exactly when rejections must be cheap.
-		if mw := t.plan.MaxWaiting; mw != Unbounded && capQueued >= mw {
+		// Under an adaptive limit, requests that the cap would admit wait
+		// for the effective limit outside MaxWaiting: adaptivity delays
+		// work, it never turns it away.
+		queueRoom := t.plan.MaxWaiting
+		if t.ad != nil {
+			queueRoom += max(0, t.cap-t.held())
+		}
+		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom {
 			err := &OverLimitError{Tenant: id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t)}
 			t.rejected++
 			g.totals.rejected++
