@@ -98,7 +98,7 @@ func targets(rs []result, scale float64) string {
 		}
 		fmt.Fprintf(&b, "- %s: %s\n", mark, fmt.Sprintf(format, args...))
 	}
-	for _, sc := range []string{"queue", "reject", "queue-adaptive"} {
+	for _, sc := range []string{"queue", "reject", "queue-adaptive", "reject-adaptive", "fair-adaptive"} {
 		q, ok1 := find(rs, sc, "quiet")
 		u, ok2 := find(rs, sc, "quiet-unloaded")
 		if !ok1 || !ok2 || u.P50 == 0 {
@@ -140,9 +140,19 @@ func targets(rs []result, scale float64) string {
 				sc, n.Completed, cpuNoisyN, fmtDur(n.Makespan), n.Makespan/s.Makespan, fmtDur(s.Makespan))
 		}
 	}
-	if n, ok := find(rs, "reject", "noisy"); ok {
+	for _, sc := range []string{"reject", "reject-adaptive"} {
+		n, ok := find(rs, sc, "noisy")
+		if !ok {
+			continue
+		}
 		check(n.Completed == perTenantCap && n.Rejected == 200-perTenantCap && n.MaxReject <= 5,
-			"reject: %d served, %d rejected, slowest rejection %s (target 10, 190, ≤ 5 ms)", n.Completed, n.Rejected, fmtDur(n.MaxReject))
+			"%s: %d served, %d rejected, slowest rejection %s (target 10, 190, ≤ 5 ms)", sc, n.Completed, n.Rejected, fmtDur(n.MaxReject))
+	}
+	if f, ok := find(rs, "fair-adaptive", "noisy"); ok {
+		if s, ok := find(rs, "fair", "noisy"); ok {
+			fmt.Fprintf(&b, "- fair-adaptive: noisy's makespan %s, %.3fx fair's %s (slow start to its cap of 20)\n",
+				fmtDur(f.Makespan), f.Makespan/s.Makespan, fmtDur(s.Makespan))
+		}
 	}
 	if f, ok := find(rs, "fair", "noisy"); ok {
 		if q, ok := find(rs, "queue", "noisy"); ok {

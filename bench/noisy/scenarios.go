@@ -31,6 +31,8 @@ var scenarios = []scenario{
 	{"fair-noreserve", "as fair, without the reservation", runTenantdb(plansFair(0))},
 	{"pgbouncer", "PgBouncer, one database user per tenant, max_user_connections=10, max_db_connections=20", runPgBouncer},
 	{"queue-adaptive", "as queue, with adaptive limits: waiting-type work must keep its cap", runTenantdb(adaptive(plansQueue))},
+	{"reject-adaptive", "as reject, with adaptive limits: only requests over the cap are rejected", runTenantdb(adaptive(plansReject))},
+	{"fair-adaptive", "as fair, with adaptive limits", runTenantdb(adaptive(plansFair(4)))},
 	{"cpu-static10", "CPU-bound noisy scans on a one-CPU PostgreSQL, static cap 10", runCPUBound(perTenantCap, false)},
 	{"cpu-static2", "as cpu-static10, static cap 2", runCPUBound(2, false)},
 	{"cpu-adaptive", "as cpu-static10, with adaptive limits", runCPUBound(perTenantCap, true)},
