@@ -39,9 +39,9 @@ var (
 type OverLimitError struct {
 	// Tenant is the tenant whose cap was reached.
 	Tenant string
-	// Limit is the tenant's cap at the time of the refusal: its effective
-	// limit, lower than the cap while Config.Adaptive holds it down (a
-	// refusal by the cluster limiter reports the cluster-wide cap).
+	// Limit is the tenant's cap at the time of the refusal. A request that
+	// waited the plan's MaxWait reports the effective limit it waited for,
+	// lower than the cap while Config.Adaptive holds it down.
 	Limit int
 	// RetryAfter estimates when a retry is likely to find a free slot, from the
 	// tenant's observed hold times and how many of its requests are ahead.

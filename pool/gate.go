@@ -188,7 +188,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			queueRoom += max(0, t.cap-t.held())
 		}
 		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom {
-			err := &OverLimitError{Tenant: id, Limit: t.limit, RetryAfter: g.retryAfterLocked(t)}
+			err := &OverLimitError{Tenant: id, Limit: t.cap, RetryAfter: g.retryAfterLocked(t)}
 			t.rejected++
 			g.totals.rejected++
 			g.mu.Unlock()

@@ -101,6 +101,7 @@ type Config struct {
 	// cap while its own queries show that more of them at once only queue
 	// inside the database, and raises it back while they do not. Waiting-type
 	// work (pg_sleep, lock waits elsewhere, slow remote calls) keeps its cap.
+	// A request under the cap is never rejected because of it, only delayed.
 	// TenantStat's EffectiveLimit shows where each tenant is. Default off.
 	Adaptive Adaptive
 }
