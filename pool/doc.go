@@ -16,6 +16,10 @@
 // first served, and a plan may reserve capacity for each of its tenants
 // (Plan.ReservedConns).
 //
+// With Config.Adaptive, each tenant's effective limit moves between a floor
+// and its cap, driven by its own hold times ([Adaptive]): cut when they inflate
+// as its concurrency rises, raised while they do not.
+//
 // The package knows tenants and permits, not SQL: tenantdb uses it in front of a
 // pgxpool, but any shared dependency (an HTTP client, a job runner) can be
 // bulkheaded with it. It imports only the standard library.

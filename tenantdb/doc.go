@@ -31,4 +31,9 @@
 // state. Work done on no tenant's behalf uses [Pool.Pgxpool], a Ping without a
 // tenant (a health check) or [Pool.AcquireAllIdle]. [Pool.Capacity] is the
 // sizing check: the caps of the tenants busy at once against MaxConns.
+//
+// With [Config.Adaptive], a tenant's effective limit moves below its cap while
+// its own queries show that more of them at once only queue inside the
+// database (CPU-bound scans on a database with few cores), and back up while
+// they do not; waiting-type work keeps its cap.
 package tenantdb
