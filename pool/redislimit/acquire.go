@@ -189,8 +189,13 @@ func (l *Limiter) recheckDelay(soonestMs int64) time.Duration {
 	return d
 }
 
-// unavailable answers a request that Redis could not decide, as Mode says.
+// unavailable answers a request that Redis could not decide, as Mode says;
+// after Close, with ErrClosed: Close cancels the calls in flight, and their
+// failure says nothing about Redis.
 func (l *Limiter) unavailable(tenant string, cause error) (pool.ClusterLease, error) {
+	if l.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
 	if l.cfg.Mode == FailOpen {
 		s := &lease{l: l, tenant: tenant}
 		s.local.Store(true)

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -268,8 +269,13 @@ func TestRedisCloseReleasesAndStopsWaiters(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, "the waiter waits", func() bool { return l.Stats().Waited == 1 })
 	l.Close()
-	if err := <-errc; !errors.Is(err, ErrClosed) || !errors.Is(err, pool.ErrClosed) {
-		t.Errorf("waiter at Close: err = %v, want ErrClosed matching pool.ErrClosed", err)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) || !errors.Is(err, pool.ErrClosed) {
+			t.Errorf("waiter at Close: err = %v, want ErrClosed matching pool.ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter was not answered after Close")
 	}
 	// Close released what was held and what was pending, synchronously.
 	if n := zcard(t, rdb, l.SlotsKey("acme")); n != 0 {
@@ -280,6 +286,65 @@ func TestRedisCloseReleasesAndStopsWaiters(t *testing.T) {
 	}
 	s1.Release()
 	l.Close() // idempotent
+}
+
+// blockScripts is a client hook that holds every script call made outside a
+// pipeline (a take) until its context ends, telling started when one begins.
+type blockScripts struct{ started chan string }
+
+func (blockScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h blockScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		h.started <- cmd.Name()
+		<-ctx.Done()
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}
+}
+
+func (blockScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRedisCloseDuringTakeAnswersErrClosed closes the limiter while a
+// request's take is in flight, in both modes. Close cancels the take; the
+// request must get ErrClosed, not be answered as if Redis had failed: that
+// handed out a local lease (FailOpen) or ErrUnavailable (FailClosed) after
+// Close, and made TestRedisCloseReleasesAndStopsWaiters flaky when Close
+// caught its waiter re-checking.
+func TestRedisCloseDuringTakeAnswersErrClosed(t *testing.T) {
+	for _, mode := range []Mode{FailOpen, FailClosed} {
+		for _, maxWait := range []time.Duration{0, -1} {
+			t.Run(fmt.Sprintf("%v/maxWait=%v", mode, maxWait), func(t *testing.T) {
+				c := newClient(t, sharedRedis(t))
+				hook := blockScripts{started: make(chan string, 1)}
+				c.AddHook(hook)
+				// OpTimeout far longer than the test: only Close ends the take.
+				l := newLimiter(t, Config{Client: c, Mode: mode, LeaseTTL: time.Minute, OpTimeout: 30 * time.Second})
+				got := acquireAsync(l, "acme", 1, maxWait)
+				select {
+				case <-hook.started:
+				case <-time.After(time.Minute):
+					t.Fatal("no take started")
+				}
+				l.Close()
+				a := receive(t, got, "request whose take Close interrupted")
+				if !errors.Is(a.err, ErrClosed) {
+					t.Errorf("Close during the take: lease %v, err %v; want ErrClosed", a.s, a.err)
+				}
+				if a.s != nil {
+					a.s.Release()
+				}
+				if st := l.Stats(); st.FailOpenGrants != 0 || st.FailClosedErrors != 0 || st.Errors != 0 || st.LocalHeld != 0 {
+					t.Errorf("stats %+v, want no failure counted: Redis did not fail", st)
+				}
+			})
+		}
+	}
 }
 
 // TestRedisConcurrentLimitersNeverExceedCap runs three limiters (as three
