@@ -129,6 +129,10 @@ func (l *Limiter) dropHeldLocked(s *lease) {
 // extended it: Redis may have expired it and handed its slot to another
 // process, whether or not Redis answers at all. It fires on this process's
 // clock alone, so a holder learns of it even while Redis hangs.
+//
+// The revocation is counted before Done closes, so that a holder reading
+// Stats when it sees Done finds it, and Close waits for the log line, which
+// may go to a test's output that ends with Close.
 func (l *Limiter) expire(s *lease) {
 	l.mu.Lock()
 	if _, ok := l.held[s.tenant][s]; !ok {
@@ -140,9 +144,15 @@ func (l *Limiter) expire(s *lease) {
 		l.mu.Unlock()
 		return
 	}
-	l.revokeLocked(s)
-	l.mu.Unlock()
 	l.c.expired.Add(1)
+	l.revokeLocked(s)
+	if l.closed { // Close may have returned: no log after it
+		l.mu.Unlock()
+		return
+	}
+	l.wg.Add(1) // before Close's Wait: Close sets closed under mu, then waits
+	l.mu.Unlock()
+	defer l.wg.Done()
 	l.log.Warn("redislimit: lease not renewed in time; Redis may have given its slot away",
 		"tenant", s.tenant, "mode", l.cfg.Mode.String())
 }
@@ -156,8 +166,8 @@ func (l *Limiter) revokeLocked(s *lease) {
 	s.expiry.Stop()
 	l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
 	if l.cfg.Mode == FailClosed {
+		l.c.revoked.Add(1) // before Done closes: see expire
 		close(s.done)
-		l.c.revoked.Add(1)
 		return
 	}
 	s.local.Store(true)

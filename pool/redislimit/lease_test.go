@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +264,52 @@ func TestRedisClassifiesScriptErrors(t *testing.T) {
 	defer bad.Close()
 	if err := bad.Ping(context.Background()).Err(); classify(err) != ErrorNetwork {
 		t.Errorf("classify(%v) = %v, want network", err, classify(err))
+	}
+}
+
+// TestRedisRevocationCountedBeforeDone: a holder that sees Done closed and
+// reads Stats must find the revocation counted, with its reason (expired
+// here). The counters were updated after Done closed, and
+// TestRedisPausedPastTTLRevokesOnTime read ExpiredLeases 0 under load. Many
+// leases expire at once, each watched by a goroutine, to give the old order
+// chances to show; no Redis is needed (nothing answers at the address).
+func TestRedisRevocationCountedBeforeDone(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	l := newLimiter(t, Config{Client: rdb, Mode: FailClosed, LeaseTTL: time.Minute})
+	const n = 2000
+	var leases []*lease
+	l.mu.Lock()
+	past := time.Now().Add(-time.Hour) // validity over: each expiry fires at once
+	for range n {
+		s := l.newLease("acme", l.newMember())
+		l.holdLocked(s, past)
+		leases = append(leases, s)
+	}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	var seen, bad atomic.Uint64
+	for _, s := range leases {
+		wg.Go(func() {
+			select {
+			case <-s.Done():
+			case <-time.After(time.Minute):
+				t.Error("a lease past its validity was not revoked")
+				return
+			}
+			// At least k Done channels are closed, so at least k
+			// revocations must be counted.
+			k := seen.Add(1)
+			if st := l.Stats(); st.ExpiredLeases < k || st.RevokedLeases < k {
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if b := bad.Load(); b != 0 {
+		t.Errorf("%d of %d holders saw Done closed before the revocation was counted", b, n)
+	}
+	if st := l.Stats(); st.ExpiredLeases != n || st.RevokedLeases != n {
+		t.Errorf("stats %+v, want %d expired and revoked", st, n)
 	}
 }

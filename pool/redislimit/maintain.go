@@ -271,6 +271,7 @@ func (l *Limiter) renew(ctx context.Context) error {
 					l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
 				}
 			case isLost[int64(j)]:
+				l.c.lost.Add(1) // before Done closes: see expire
 				l.revokeLocked(s)
 				n++
 			default:
@@ -279,7 +280,6 @@ func (l *Limiter) renew(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 		if n > 0 {
-			l.c.lost.Add(uint64(n))
 			l.log.Warn("redislimit: leases lost: expired before renewal, or Redis lost its data",
 				"tenant", parts[i].tenant, "lost", n, "mode", l.cfg.Mode.String())
 		}
