@@ -69,7 +69,11 @@ func TestRedisTakeNeverOverwritesMember(t *testing.T) {
 func TestRedisLostLeaseRevokedInFailClosed(t *testing.T) {
 	for _, mode := range []Mode{FailClosed, FailOpen} {
 		t.Run(mode.String(), func(t *testing.T) {
-			l := newLimiter(t, Config{Mode: mode, LeaseTTL: 600 * time.Millisecond, RenewEvery: 100 * time.Millisecond})
+			// RenewEvery finds the loss quickly; a LeaseTTL of 3s keeps a
+			// slow call on a loaded machine from letting the lease expire
+			// (ExpiredLeases, not LostLeases) or from degrading the limiter
+			// at the first take (OpTimeout is LeaseTTL/4, at most 500ms).
+			l := newLimiter(t, Config{Mode: mode, LeaseTTL: 3 * time.Second, RenewEvery: 100 * time.Millisecond})
 			s := mustAcquire(t, l, "acme", 1).(*lease)
 			if s.Revoked() {
 				t.Fatal("revoked at once")

@@ -206,7 +206,10 @@ func TestRedisCrashedProcessSlotsExpire(t *testing.T) {
 func TestRedisRenewalKeepsLeases(t *testing.T) {
 	addr := sharedRedis(t)
 	prefix := uniquePrefix(t)
-	const ttl = 600 * time.Millisecond
+	// Long enough that OpTimeout (LeaseTTL/4, at most 500ms) is not missed
+	// by a slow call on a loaded machine: the other process's take would
+	// then get a local lease (FailOpen), not ErrOverLimit.
+	const ttl = 2 * time.Second
 	holder := newLimiter(t, Config{Client: newClient(t, addr), Prefix: prefix, LeaseTTL: ttl, RenewEvery: 150 * time.Millisecond})
 	other := newLimiter(t, Config{Client: newClient(t, addr), Prefix: prefix, LeaseTTL: ttl})
 	s := mustAcquire(t, holder, "acme", 1)
@@ -235,7 +238,10 @@ func TestRedisRenewalKeepsLeases(t *testing.T) {
 // without persistence): the renewal finds the lease gone, counts it, and
 // (in FailClosed) does not bring it back.
 func TestRedisLostLeaseCounted(t *testing.T) {
-	l := newLimiter(t, Config{Mode: FailClosed, LeaseTTL: 600 * time.Millisecond, RenewEvery: 100 * time.Millisecond})
+	// RenewEvery is what makes the test quick; LeaseTTL only sets OpTimeout
+	// (LeaseTTL/4, at most 500ms), which must not make a slow call on a
+	// loaded machine a failure: FailClosed then refuses the take below.
+	l := newLimiter(t, Config{Mode: FailClosed, LeaseTTL: 3 * time.Second, RenewEvery: 100 * time.Millisecond})
 	s := mustAcquire(t, l, "acme", 1)
 	if err := l.client.Del(context.Background(), l.SlotsKey("acme")).Err(); err != nil {
 		t.Fatal(err)
@@ -248,6 +254,9 @@ func TestRedisLostLeaseCounted(t *testing.T) {
 		t.Errorf("the lost lease was re-added: ZCARD = %d", n)
 	}
 	s.Release() // nothing to do
+	// A call that outlived OpTimeout on this busy machine leaves the
+	// limiter degraded, refusing takes, until its next probe.
+	eventually(t, 10*time.Second, "healthy", func() bool { return l.Stats().Healthy })
 	mustAcquire(t, l, "acme", 1).Release()
 	assertNothingHeld(t, l.client, l.cfg.Prefix, 10*time.Second, l)
 }
