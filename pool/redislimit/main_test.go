@@ -30,16 +30,20 @@ var shared struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// go test's -timeout stops counting when m.Run returns: a Docker call
+	// that hangs here would hang the run with no test to blame. Bound them.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	if shared.r != nil {
-		if err := shared.r.Terminate(context.Background()); err != nil {
+		if err := shared.r.Terminate(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
 	if sharedCluster.c != nil {
-		if err := sharedCluster.c.Terminate(context.Background()); err != nil {
+		if err := sharedCluster.c.Terminate(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
+	cancel()
 	if code == 0 {
 		if err := tenantdbtest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
