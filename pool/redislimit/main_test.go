@@ -83,10 +83,23 @@ func uniquePrefix(t testing.TB) string {
 	return "test:" + name + ":" + hex.EncodeToString(b[:])
 }
 
+// testOpTimeout is the OpTimeout of tests that leave LeaseTTL, RenewEvery
+// and OpTimeout to the defaults: tests about caps, waits and notifications,
+// not about slow or missing answers. With the default 500ms a take slowed
+// by this loaded machine (the race detector, other packages' containers
+// starting) counts as a failure, and the limiter answers by its Mode: a
+// local lease in FailOpen, which such tests rightly report as a broken cap.
+// Tests about timeouts set OpTimeout themselves.
+const testOpTimeout = 3 * time.Second
+
 // newLimiter returns a started Limiter closed when t ends. cfg.Client
-// defaults to a new client of the shared server, cfg.Prefix to a unique one.
+// defaults to a new client of the shared server, cfg.Prefix to a unique one,
+// OpTimeout to testOpTimeout when the timings are all left to the defaults.
 func newLimiter(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
+	if cfg.LeaseTTL == 0 && cfg.RenewEvery == 0 && cfg.OpTimeout == 0 {
+		cfg.OpTimeout = testOpTimeout
+	}
 	if cfg.Client == nil {
 		cfg.Client = newClient(t, sharedRedis(t))
 	}
