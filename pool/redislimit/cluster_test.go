@@ -242,7 +242,16 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 			RecheckEvery: 50 * time.Millisecond}))
 	}
 	peaks := make(chan []int32, 1)
-	go func() { peaks <- hammer(t, ls, []string{"acme"}, 3, 60, ErrUnavailable) }()
+	hammered := make(chan struct{})
+	go func() {
+		defer close(hammered)
+		peaks <- hammer(t, ls, []string{"acme"}, 3, 60, ErrUnavailable)
+	}()
+	// A t.Fatalf below ends the test while hammer runs: wait for it before
+	// the limiters close under it (cleanups run last-registered first) and
+	// before its t.Errorf could come after the test, which panics the
+	// whole test binary.
+	t.Cleanup(func() { <-hammered })
 
 	eventually(t, 10*time.Second, "load on the slot", func() bool { return ls[0].Stats().Acquired > 5 })
 	must := func(n clusterNode, args ...any) {
