@@ -184,6 +184,11 @@ func (l *Limiter) kickMaintenance() {
 // yet flushed) are released in one round trip, best effort: what fails
 // expires by LeaseTTL. Releasing a lease after Close does nothing. Close it
 // after the pools that use it. It does not close Config.Client.
+//
+// Close waits for the Redis calls still in flight. Close cancels their
+// context, but a client without ContextTimeoutEnabled keeps waiting on a
+// Redis that does not answer (paused, partitioned) until its ReadTimeout, so
+// Close can take that long; with ReadTimeout -1 (none) it would never return.
 func (l *Limiter) Close() {
 	l.mu.Lock()
 	if l.closed {
