@@ -163,29 +163,36 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if a.n == 1 || hold < a.winMin {
 		a.winMin = hold
 	}
-	if a.n < a.limit {
+	old := a.limit
+	if a.n < old {
+		// An early cut: once more than half of a window's samples are in
+		// and every one was inflated, the step that caused it is cut now
+		// rather than a round later, so a CPU-bound tenant's probes above
+		// its floor (slow start's doubling, each +1) queue the database
+		// for half as long. Work that does not inflate is never cut early.
+		if old <= floor || 2*a.n <= old || a.winMin <= a.tolerated(cfg) {
+			return old
+		}
+		a.cutTowards(floor, a.tolerated(cfg))
+		a.n, a.peak = 0, inUse
+		a.prevChanged, a.changed, a.cut = a.changed, now, true
 		return a.limit
 	}
 
 	// The window is complete.
-	old := a.limit
 	stale := now-a.measured > int64(cfg.ProbeInterval)
 	if stale && old <= floor {
 		// A window at the floor measures the baseline again: a probe's, or
 		// that of a tenant that never needed more.
 		a.baseline, a.measured, stale = a.winMin, now, false
 	}
-	tolerated := int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+	tolerated := a.tolerated(cfg)
 	switch {
 	case stale:
 		// Probe: measure the baseline again, at the floor, then grow anew.
 		a.limit, a.slowStart = floor, true
 	case a.winMin > tolerated:
-		// Queueing: cut towards the concurrency at which holds would be
-		// tolerated, at most by half.
-		want := int(float64(old) * float64(tolerated) / float64(a.winMin))
-		a.limit = max(floor, min(old-1, max(want, old/2)))
-		a.slowStart = false
+		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
 		if a.slowStart {
 			a.limit = min(cap, 2*old)
@@ -198,4 +205,19 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.prevChanged, a.changed, a.cut = a.changed, now, a.limit < old
 	}
 	return a.limit
+}
+
+// tolerated is the longest hold, in ns, not taken for queueing.
+func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
+	return int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+}
+
+// cutTowards lowers the limit towards the concurrency at which the window's
+// shortest hold would have been tolerated, at most by half, not below floor,
+// and ends slow start.
+func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
+	old := a.limit
+	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
+	a.limit = max(floor, min(old-1, max(want, old/2)))
+	a.slowStart = false
 }

@@ -375,3 +375,42 @@ func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
 		t.Fatalf("%d grants above the effective limit", n)
 	}
 }
+
+// TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated: after slow start
+// doubles a CPU-bound tenant from 2 to 4, three inflated holds of the four
+// are enough to cut; waiting for the fourth would queue the database at 4
+// for another round. Holds that are not inflated never cut early.
+func TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	ms := int64(time.Millisecond)
+	a := newAdaptiveLimit(2, 1)
+	now := int64(1)
+	// A window at 2: holds of 600 ms set the baseline, and the limit doubles.
+	a.granted(1)
+	a.granted(2)
+	now += 600 * ms
+	a.observe(1, 600*ms, now, 1, &cfg, 2, 10)
+	if l := a.observe(1, 600*ms, now, 0, &cfg, 2, 10); l != 4 {
+		t.Fatalf("after a clean window at 2: limit %d, want 4", l)
+	}
+	start := now + 1
+	for i := range 4 {
+		a.granted(i + 1)
+	}
+	now += 1200 * ms // four at once on one core: twice the baseline
+	for i, want := range []int{4, 4} {
+		if l := a.observe(start, 1200*ms, now, 3-i, &cfg, 2, 10); l != want {
+			t.Fatalf("inflated hold %d of 4: limit %d, want %d (half a window is not a majority)", i+1, l, want)
+		}
+	}
+	if l := a.observe(start, 1200*ms, now, 1, &cfg, 2, 10); l >= 4 {
+		t.Fatalf("third inflated hold of 4: limit %d, want a cut below 4 now", l)
+	}
+
+	// Waiting-type holds at the baseline: a full window, no early cut.
+	b := newAdaptiveLimit(2, 1)
+	limits, _ := simulate(b, cfg, 2, 10, 4, 1, waitingType(600*time.Millisecond))
+	if limits[len(limits)-1] != 10 {
+		t.Fatalf("waiting-type limits %v, want the cap with no cut", limits)
+	}
+}
