@@ -101,6 +101,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 //     first cut), then by one;
 //   - else it stays: a limit not used tells nothing about more concurrency.
 //
+// A window above the floor whose first samples, more than half of it, are
+// all inflated is cut at once rather than when it completes.
+//
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
 // above its floor is sent there for one window (a probe) to get one.
