@@ -82,25 +82,11 @@ func runCPUBound(cap int, adaptive bool) func(context.Context, *environment, str
 			Plans:    map[string]tenantdb.Plan{"standard": {MaxConns: cap, MaxWaiting: tenantdb.Unbounded}},
 			Adaptive: tenantdb.Adaptive{Enabled: adaptive},
 		}
-		if env.tracer != nil {
-			tcfg.Tracer = env.tracer
-			cfg.ConnConfig.Tracer = nil
-		}
-		p, err := tenantdb.New(ctx, cfg, tcfg)
+		p, closePool, err := env.openTenantdb(ctx, cfg, tcfg)
 		if err != nil {
 			return nil, err
 		}
-		defer p.Close()
-		if env.observe {
-			stop, err := env.tracer.ObservePool(p)
-			if err != nil {
-				return nil, err
-			}
-			defer stop()
-		}
-		if err := warm(ctx, p.Pgxpool(), env.work); err != nil {
-			return nil, err
-		}
+		defer closePool()
 		// One scan first, so that the table is in shared buffers for every scenario.
 		if _, err := p.Exec(tenantdb.WithTenant(ctx, "warm"), cpuNoisySQL, "warm"); err != nil {
 			return nil, err

@@ -222,32 +222,45 @@ func plansFair(reserved int) func(workload) tenantdb.Config {
 	}
 }
 
+// openTenantdb opens a tenantdb pool on cfg for a scenario, traced (and its
+// gauges observed) as the environment says, with its connections warmed. The
+// returned func closes it.
+func (env *environment) openTenantdb(ctx context.Context, cfg *pgxpool.Config, tcfg tenantdb.Config) (*tenantdb.Pool, func(), error) {
+	if env.tracer != nil {
+		tcfg.Tracer = env.tracer
+		cfg.ConnConfig.Tracer = nil // tenantdb.New chains the tracer's query hooks itself
+	}
+	p, err := tenantdb.New(ctx, cfg, tcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	closePool := p.Close
+	if env.observe {
+		stop, err := env.tracer.ObservePool(p)
+		if err != nil {
+			p.Close()
+			return nil, nil, err
+		}
+		closePool = func() { stop(); p.Close() }
+	}
+	if err := warm(ctx, p.Pgxpool(), env.work); err != nil {
+		closePool()
+		return nil, nil, err
+	}
+	return p, closePool, nil
+}
+
 func runTenantdb(plans func(workload) tenantdb.Config) func(context.Context, *environment, string) ([]result, error) {
 	return func(ctx context.Context, env *environment, name string) ([]result, error) {
 		cfg, err := env.pgxConfig(env.pg.DSN, sharedConns)
 		if err != nil {
 			return nil, err
 		}
-		tcfg := plans(env.work)
-		if env.tracer != nil {
-			tcfg.Tracer = env.tracer
-			cfg.ConnConfig.Tracer = nil // tenantdb.New chains the tracer's query hooks itself
-		}
-		p, err := tenantdb.New(ctx, cfg, tcfg)
+		p, closePool, err := env.openTenantdb(ctx, cfg, plans(env.work))
 		if err != nil {
 			return nil, err
 		}
-		defer p.Close()
-		if env.observe {
-			stop, err := env.tracer.ObservePool(p)
-			if err != nil {
-				return nil, err
-			}
-			defer stop()
-		}
-		if err := warm(ctx, p.Pgxpool(), env.work); err != nil {
-			return nil, err
-		}
+		defer closePool()
 		rows := env.measure(ctx, name, func(ctx context.Context, tenant string, d time.Duration) error {
 			_, err := p.Exec(tenantdb.WithTenant(ctx, tenant), sleepSQL(tenant, d))
 			return err
