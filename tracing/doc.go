@@ -18,9 +18,10 @@
 // # Spans
 //
 // An admission span, "tenantdb.acquire", covers the wait for the tenant's
-// own cap and for global capacity. It carries the tenant, its plan and
-// limit, what it had in use and its place in line on arrival, both waits in
-// seconds and the outcome (acquired, rejected, timed_out, cancelled, failed);
+// own cap and for global capacity. It carries the tenant, its plan, its cap
+// and effective limit (lower than the cap only under adaptive limits), what it
+// had in use and its place in line on arrival, both waits in seconds and the
+// outcome (acquired, rejected, timed_out, cancelled, failed);
 // every outcome but acquired sets the span status to Error.
 //
 // Query, batch, copy, prepare and connect spans follow the OpenTelemetry
@@ -37,8 +38,9 @@
 // The connection-pool metrics of the semantic conventions
 // (db.client.connection.count, .max, .pending_requests, .timeouts,
 // .wait_time, .use_time, all with db.client.connection.pool.name) and
-// per-tenant ones under tenantdb.tenant.connection.* (in use, waiting,
-// limit, rejections, wait and use time, leaks). Durations are in seconds.
+// per-tenant ones under tenantdb.tenant.connection.* (in use, waiting, cap
+// (max), effective limit (effective_max), rejections, wait and use time,
+// leaks). Durations are in seconds.
 // Every query, batch and copy is measured in db.client.operation.duration,
 // the stable semantic-convention histogram, whether or not it is traced.
 // How tenants are labelled is a [Cardinality]: by tenant, by plan, or the n
