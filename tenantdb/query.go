@@ -27,17 +27,26 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 
 // execGuarded is Exec under a revocable cluster lease: it acquires the
 // connection itself, so that a revocation can cancel the statement on it.
-func (p *Pool) execGuarded(ctx context.Context, g *revokeGuard, sql string, args []any) (pgconn.CommandTag, error) {
-	defer g.stop()
+func (p *Pool) execGuarded(ctx context.Context, g *revokeGuard, sql string, args []any) (_ pgconn.CommandTag, err error) {
 	c, err := p.pg.Acquire(ctx)
 	if err != nil {
+		g.stop()
 		return pgconn.CommandTag{}, g.wrap(err)
 	}
 	g.attach(c)
-	tag, err := c.Exec(ctx, sql, args...)
-	g.stop() // before the connection may serve another request
+	defer releaseGuarded(g, c, &err) // also if an argument's encoder panics
+	return c.Exec(ctx, sql, args...)
+}
+
+// releaseGuarded stops g, returns c to pgxpool and makes *err match
+// ErrRevoked if the revocation stopped the work: in that order, so that a
+// CancelRequest in flight cannot reach the connection's next user. Run
+// deferred, it returns the connection on a panic too (an argument's Valuer,
+// a Scanner), as pgxpool's own Exec and Row.Scan do.
+func releaseGuarded(g *revokeGuard, c *pgxpool.Conn, err *error) {
+	g.stop()
 	c.Release()
-	return tag, g.wrap(err)
+	*err = g.wrap(*err)
 }
 
 // Query runs sql for the tenant in ctx. The tenant's slot is held, with the
@@ -133,14 +142,12 @@ type tenantRow struct {
 	conn   *pgxpool.Conn // set with g
 }
 
-func (r *tenantRow) Scan(dest ...any) error {
+func (r *tenantRow) Scan(dest ...any) (err error) {
 	defer r.permit.Release()
-	err := r.row.Scan(dest...)
-	r.g.stop()
 	if r.conn != nil {
-		r.conn.Release()
+		defer releaseGuarded(r.g, r.conn, &err) // also if a Scanner panics
 	}
-	return r.g.wrap(err)
+	return r.row.Scan(dest...)
 }
 
 // SendBatch sends b for the tenant in ctx. The slot is held, with the
@@ -206,7 +213,7 @@ func (b *tenantBatchResults) Tx() pgx.Tx {
 
 // CopyFrom copies rows into tableName for the tenant in ctx, holding its slot
 // until it returns.
-func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (_ int64, err error) {
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return 0, err
@@ -216,16 +223,14 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	if g == nil {
 		return p.pg.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	}
-	defer g.stop()
 	c, err := p.pg.Acquire(gctx)
 	if err != nil {
+		g.stop()
 		return 0, g.wrap(err)
 	}
 	g.attach(c)
-	n, err := c.CopyFrom(gctx, tableName, columnNames, rowSrc)
-	g.stop()
-	c.Release()
-	return n, g.wrap(err)
+	defer releaseGuarded(g, c, &err)
+	return c.CopyFrom(gctx, tableName, columnNames, rowSrc)
 }
 
 // errRows and errRow carry an admission error the way
