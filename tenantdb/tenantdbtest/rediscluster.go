@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // clusterNodes is how many masters StartRedisCluster starts.
@@ -54,21 +52,9 @@ func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 // RunRedisCluster starts a Redis Cluster; ctx governs the start. The
 // caller must call Terminate; on error no container is left running.
 func RunRedisCluster(ctx context.Context, opts ...RedisOption) (*RedisCluster, error) {
-	cfg := redisConfig{startupTimeout: time.Minute}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := connectDocker(ctx, "a Redis Cluster", redisAddrEnv)
+	cfg, image, err := hostRedisImage(ctx, "a Redis Cluster", opts)
 	if err != nil {
 		return nil, err
-	}
-	defer d.close()
-	if d.host != "127.0.0.1" && d.host != "localhost" {
-		return nil, fmt.Errorf("tenantdbtest: a Redis Cluster needs a local Docker daemon (its nodes use the host's network); Docker is at %s", d.host)
-	}
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, redisImageEnv, localRedisImage, officialRedisImage)
 	}
 	ports, err := clusterPorts()
 	if err != nil {
@@ -92,24 +78,11 @@ func RunRedisCluster(ctx context.Context, opts ...RedisOption) (*RedisCluster, e
 	}
 	script.WriteString("echo 'tenantdbtest: cluster ready'\nexec sleep infinity\n")
 
-	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithEntrypoint("sh", "-c", script.String()),
-		testcontainers.WithCmd(),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout, wait.ForLog("tenantdbtest: cluster ready")),
-	)
-	c := &RedisCluster{Addrs: addrs}
-	if ctr != nil {
-		c.Container = ctr
-	}
+	ctr, err := runHostRedis(ctx, cfg, image, "a Redis Cluster", script.String(), "tenantdbtest: cluster ready")
 	if err != nil {
-		if ctr != nil {
-			_ = testcontainers.TerminateContainer(ctr)
-		}
-		return nil, fmt.Errorf("tenantdbtest: start a Redis Cluster from %s: %w%s", image, err,
-			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
+		return nil, err
 	}
-	return c, nil
+	return &RedisCluster{Container: ctr, Addrs: addrs}, nil
 }
 
 // clusterPorts picks a port per node such that the port and its cluster bus

@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // SentinelMaster is the master name StartRedisSentinel's sentinels monitor.
@@ -57,21 +55,9 @@ func StartRedisSentinel(t testing.TB, opts ...RedisOption) *RedisSentinel {
 // RunRedisSentinel starts a Sentinel set-up; ctx governs the start. The
 // caller must call Terminate; on error no container is left running.
 func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel, error) {
-	cfg := redisConfig{startupTimeout: time.Minute}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := connectDocker(ctx, "Redis Sentinel", redisAddrEnv)
+	cfg, image, err := hostRedisImage(ctx, "Redis Sentinel", opts)
 	if err != nil {
 		return nil, err
-	}
-	defer d.close()
-	if d.host != "127.0.0.1" && d.host != "localhost" {
-		return nil, fmt.Errorf("tenantdbtest: Redis Sentinel needs a local Docker daemon (its servers use the host's network); Docker is at %s", d.host)
-	}
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, redisImageEnv, localRedisImage, officialRedisImage)
 	}
 	ports, err := freePorts(5)
 	if err != nil {
@@ -97,26 +83,15 @@ func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel,
 	}
 	sb.WriteString("echo 'tenantdbtest: sentinel ready'\nexec sleep infinity\n")
 
-	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithEntrypoint("sh", "-c", sb.String()),
-		testcontainers.WithCmd(),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout, wait.ForLog("tenantdbtest: sentinel ready")),
-	)
+	ctr, err := runHostRedis(ctx, cfg, image, "Redis Sentinel", sb.String(), "tenantdbtest: sentinel ready")
+	if err != nil {
+		return nil, err
+	}
 	s := &RedisSentinel{MasterName: SentinelMaster, MasterAddr: addr(m), ReplicaAddr: addr(r)}
 	for _, p := range sentinels {
 		s.SentinelAddrs = append(s.SentinelAddrs, addr(p))
 	}
-	if ctr != nil {
-		s.Container = ctr
-	}
-	if err != nil {
-		if ctr != nil {
-			_ = testcontainers.TerminateContainer(ctr)
-		}
-		return nil, fmt.Errorf("tenantdbtest: start Redis Sentinel from %s: %w%s", image, err,
-			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
-	}
+	s.Container = ctr
 	return s, nil
 }
 
