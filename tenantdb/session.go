@@ -45,7 +45,32 @@ type Session struct {
 	// default search_path. A panic in it fails that request with an error.
 	// Default nil: search_path is left alone.
 	SearchPath func(tenantID string) []string
+
+	// Scope says where the tenant's values live: ScopeSession (the default)
+	// sets them on the connection's session at acquire; ScopeTransaction
+	// sets them transaction-locally inside every statement's transaction,
+	// as a transaction-pooling proxy (PgBouncer pool_mode=transaction)
+	// requires.
+	Scope Scope
 }
+
+// Scope is where Session's values are set. See ScopeSession and
+// ScopeTransaction.
+type Scope int
+
+const (
+	// ScopeSession sets the tenant's values with set_config(..., false) when
+	// a connection is acquired, in one round trip. It needs a direct
+	// connection or session pooling: behind a transaction-pooling proxy the
+	// setting and the statement can run on different server connections.
+	ScopeSession Scope = iota
+
+	// ScopeTransaction sets the tenant's values with set_config(..., true)
+	// in the transaction each statement runs in (a statement outside an
+	// explicit transaction gets an implicit one, in the same round trip), so
+	// they hold behind a transaction-pooling proxy and vanish at its end.
+	ScopeTransaction
+)
 
 func (s Session) enabled() bool { return s.TenantSetting != "" || s.SearchPath != nil }
 
