@@ -59,7 +59,7 @@ type options struct {
 
 func run(ctx context.Context, opts options) error {
 	pg := &tenantdbtest.Postgres{DSN: opts.dsn}
-	if opts.dsn == "" {
+	if opts.dsn == "" && opts.needsPostgres() {
 		progress("starting PostgreSQL in Docker (tenantdbtest; -dsn uses an existing server)")
 		var err error
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -136,6 +136,17 @@ func reaperHint(err error) error {
 		return fmt.Errorf("%w (the reaper needs its image from a registry: run with TESTCONTAINERS_RYUK_DISABLED=true)", err)
 	}
 	return err
+}
+
+// needsPostgres reports whether a selected scenario queries PostgreSQL:
+// the http-* scenarios do not.
+func (o options) needsPostgres() bool {
+	for _, sc := range scenarios {
+		if o.selected(sc.name) && !strings.HasPrefix(sc.name, "http-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (o options) selected(name string) bool {
