@@ -215,6 +215,12 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// Probe: measure the baseline again, at the floor, then grow anew.
 		a.limit, a.slowStart = floor, true
 		a.ceiling, a.wait, a.backoff = 0, 0, 0
+	case a.winMin > tolerated && old == 1:
+		// Inflated at a limit of one: nothing to cut, and with no other
+		// permit of its own running, the hold is what one of this tenant's
+		// queries takes now (other tenants or the machine are slower). It
+		// becomes the baseline, as a probe's window would.
+		a.baseline, a.measured = a.winMin, now
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -533,5 +534,27 @@ func TestAdaptiveLimitWaitingTypeFromTheDefaultFloor(t *testing.T) {
 	// 1 → 2 → 4 → 8 → 10: one round more than from a floor of 2.
 	if limits[3] != 10 {
 		t.Fatalf("limits %v, want the cap 10 after 4 rounds", limits)
+	}
+}
+
+// TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline: a tenant's holds
+// grow twentyfold because of others (its own concurrency plays no part): it
+// is cut to one, and a hold at one, with none of its own beside it, becomes
+// the baseline, so it grows back to its cap without waiting for a probe
+// instead of queueing every request behind one at a time.
+func TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
+	if a.limit != 10 {
+		t.Fatalf("limit %d before the slowdown, want the cap", a.limit)
+	}
+	limits, _ := simulate(a, cfg, 1, 10, 40, now, waitingType(20*time.Millisecond))
+	if !slices.Contains(limits, 1) {
+		t.Fatalf("limits %v: the slowdown was never taken for queueing (the test shows nothing)", limits)
+	}
+	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(20*time.Millisecond) {
+		t.Fatalf("limit %d (want the cap), baseline %v (want 20ms) after 40 rounds; %v", last, time.Duration(a.baseline), limits)
 	}
 }
