@@ -127,7 +127,10 @@ type burstResult struct {
 	makespan time.Duration // of the noisy burst
 	maxLimit int           // the noisy tenant's highest effective limit seen
 	medLimit int           // its median effective limit, sampled every 10 ms
-	active   int           // most noisy backends active at once
+	// quietMedLimit is the quiet tenant's median effective limit (0 before
+	// its first request).
+	quietMedLimit int
+	active        int // most noisy backends active at once
 }
 
 // burst sends n noisy queries at once and runs the quiet lookups until they
@@ -161,13 +164,14 @@ func burst(t *testing.T, p *tenantdb.Pool, n int, quietSleep time.Duration, samp
 		r.makespan = time.Since(start)
 		close(done)
 	}()
-	limits := make(chan []int, 1)
-	go func() { // the effective limit over the burst, a reading every 10 ms
-		var ls []int
+	limits := make(chan [2][]int, 1)
+	go func() { // the effective limits over the burst, a reading every 10 ms
+		var ls [2][]int
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			ls = append(ls, p.TenantStat("noisy").EffectiveLimit)
+			ls[0] = append(ls[0], p.TenantStat("noisy").EffectiveLimit)
+			ls[1] = append(ls[1], p.TenantStat("quiet").EffectiveLimit)
 			select {
 			case <-done:
 				limits <- ls
@@ -179,8 +183,10 @@ func burst(t *testing.T, p *tenantdb.Pool, n int, quietSleep time.Duration, samp
 	r.quiet = lookupLoop(t, p, 0, quietSleep, done)
 	<-done
 	ls := <-limits
-	slices.Sort(ls)
-	r.medLimit = ls[len(ls)/2]
+	for _, l := range ls {
+		slices.Sort(l)
+	}
+	r.medLimit, r.quietMedLimit = ls[0][len(ls[0])/2], ls[1][len(ls[1])/2]
 	if sampler != nil {
 		r.active = sampler.stop()
 	}
@@ -389,10 +395,10 @@ func logCPURound(t *testing.T, i int, r cpuRound) {
 	t.Helper()
 	line := func(name string, s cpuRun) {
 		t.Logf("round %d, %-10s quiet alone p50 %v; under load p50 %v (%.2fx alone, %.2fx best static), p99 %v (%.2fx best static); "+
-			"noisy scans in %v (%.2fx best static), effective limit median %d, at most %d",
+			"noisy scans in %v (%.2fx best static), effective limit median %d, at most %d (quiet's median %d)",
 			i, name+":", s.unloadedP50, s.p50, float64(s.p50)/float64(s.unloadedP50), float64(s.p50)/float64(r.best(p50Of)),
 			s.p99, float64(s.p99)/float64(r.best(p99Of)), s.makespan.Round(time.Millisecond),
-			float64(s.makespan)/float64(r.best(makespanOf)), s.medLimit, s.maxLimit)
+			float64(s.makespan)/float64(r.best(makespanOf)), s.medLimit, s.maxLimit, s.quietMedLimit)
 	}
 	t.Logf("round %d: one scan alone %v; %d scans a burst", i, r.scanAlone.Round(time.Millisecond), r.n)
 	for j, c := range cpuStaticCaps {
