@@ -221,8 +221,5 @@ func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 // withoutTenant hides the tenant ctx carries, for work done on no tenant's
 // behalf: the session hook then restores the defaults.
 func withoutTenant(ctx context.Context) context.Context {
-	if _, ok := TenantFrom(ctx); !ok {
-		return ctx
-	}
-	return context.WithValue(ctx, tenantKey{}, nil)
+	return pool.WithoutTenant(ctx)
 }

@@ -57,7 +57,7 @@ type options struct {
 
 func run(ctx context.Context, opts options) error {
 	pg := &tenantdbtest.Postgres{DSN: opts.dsn}
-	if opts.dsn == "" {
+	if opts.dsn == "" && opts.needsPostgres() {
 		progress("starting PostgreSQL in Docker (tenantdbtest; -dsn uses an existing server)")
 		var err error
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -111,6 +111,17 @@ func run(ctx context.Context, opts options) error {
 		progress("report written to %s", opts.out)
 	}
 	return nil
+}
+
+// needsPostgres reports whether a selected scenario queries PostgreSQL:
+// the http-* scenarios do not.
+func (o options) needsPostgres() bool {
+	for _, sc := range scenarios {
+		if o.selected(sc.name) && !strings.HasPrefix(sc.name, "http-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (o options) selected(name string) bool {
