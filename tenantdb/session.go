@@ -288,8 +288,5 @@ func callUserHook(ctx context.Context, c *pgx.Conn, hook func(context.Context, *
 // withoutTenant hides the tenant ctx carries, for work done on no tenant's
 // behalf: the session hook then restores the defaults.
 func withoutTenant(ctx context.Context) context.Context {
-	if _, ok := TenantFrom(ctx); !ok {
-		return ctx
-	}
-	return context.WithValue(ctx, tenantKey{}, nil)
+	return pool.WithoutTenant(ctx)
 }
