@@ -21,7 +21,8 @@ type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate
 
-	typicalActive int // Config.TypicalActiveTenants, for Capacity
+	typicalActive int     // Config.TypicalActiveTenants, for Capacity
+	session       Session // Config.Session, for adapters (Pool.Session)
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -65,7 +66,8 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		gate.Close()
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
-	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
+	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants,
+		session: cfg.Session}
 	p.warnCapacity(cfg)
 	idleTTL := cfg.IdleTTL
 	if idleTTL <= 0 {
