@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
@@ -41,7 +42,8 @@ func main() {
 		log.Fatalf("-scale %v: want a number in (0, 10]", opts.scale)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	disableReaperUnlessAsked()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opts); err != nil {
 		log.Fatal(err)
@@ -57,14 +59,14 @@ type options struct {
 
 func run(ctx context.Context, opts options) error {
 	pg := &tenantdbtest.Postgres{DSN: opts.dsn}
-	if opts.dsn == "" {
+	if opts.dsn == "" && opts.needsPostgres() {
 		progress("starting PostgreSQL in Docker (tenantdbtest; -dsn uses an existing server)")
 		var err error
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		pg, err = tenantdbtest.RunPostgres(startCtx)
 		cancel()
 		if err != nil {
-			return err
+			return reaperHint(err)
 		}
 		defer pg.Terminate(context.Background())
 	}
@@ -111,6 +113,40 @@ func run(ctx context.Context, opts options) error {
 		progress("report written to %s", opts.out)
 	}
 	return nil
+}
+
+// disableReaperUnlessAsked turns off testcontainers' reaper (Ryuk) unless
+// TESTCONTAINERS_RYUK_DISABLED is set: its image comes from a registry, and
+// where none is reachable every container start fails. The command removes
+// its containers itself on every path but a kill (they are labelled
+// org.testcontainers=true); set the variable to false to have the reaper.
+func disableReaperUnlessAsked() {
+	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); set {
+		return
+	}
+	if err := os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true"); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// reaperHint says what to do when the reaper was asked for and could not
+// start, which is where no registry is reachable.
+func reaperHint(err error) error {
+	if strings.Contains(err.Error(), "reaper") {
+		return fmt.Errorf("%w (the reaper needs its image from a registry: run with TESTCONTAINERS_RYUK_DISABLED=true)", err)
+	}
+	return err
+}
+
+// needsPostgres reports whether a selected scenario queries PostgreSQL:
+// the http-* scenarios do not.
+func (o options) needsPostgres() bool {
+	for _, sc := range scenarios {
+		if o.selected(sc.name) && !strings.HasPrefix(sc.name, "http-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (o options) selected(name string) bool {

@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
 // runPgBouncer is the peer users would pick instead of tenantdb: PgBouncer in
@@ -24,17 +20,6 @@ import (
 // has requests; PgBouncer queues them. pgxpool talks to it with the simple
 // protocol, as transaction pooling in PgBouncer 1.18 requires.
 func runPgBouncer(ctx context.Context, env *environment, name string) ([]result, error) {
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		bin, err = exec.LookPath("/usr/sbin/pgbouncer")
-	}
-	if err != nil {
-		return nil, skipError{"pgbouncer is not installed (Debian: apt-get install pgbouncer)"}
-	}
-	server, err := url.Parse(env.pg.DSN)
-	if err != nil {
-		return nil, err
-	}
 	const password = "tenant-password"
 	admin, err := pgx.Connect(ctx, env.pg.DSN)
 	if err != nil {
@@ -53,16 +38,28 @@ func runPgBouncer(ctx context.Context, env *environment, name string) ([]result,
 	}
 	admin.Close(ctx)
 
-	bouncer, err := startPgBouncer(ctx, bin, server, password, env.work)
+	w := env.work
+	bouncer, err := tenantdbtest.RunPgBouncer(ctx, env.pg,
+		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
+		tenantdbtest.WithPoolSize(perTenantCap),
+		tenantdbtest.WithPgBouncerUser("noisy", password),
+		tenantdbtest.WithPgBouncerUser("quiet", password),
+		tenantdbtest.WithPgBouncerSetting("max_client_conn", strconv.Itoa(w.noisyN+w.quietN+50)),
+		tenantdbtest.WithPgBouncerSetting("min_pool_size", strconv.Itoa(perTenantCap)),
+		tenantdbtest.WithPgBouncerSetting("max_user_connections", strconv.Itoa(perTenantCap)),
+		tenantdbtest.WithPgBouncerSetting("max_db_connections", strconv.Itoa(sharedConns)),
+	)
+	if errors.Is(err, tenantdbtest.ErrNoPgBouncer) {
+		return nil, skipError{err.Error()}
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer bouncer.stop()
+	defer bouncer.Terminate()
 
 	pools := map[string]*pgxpool.Pool{}
-	for tenant, conns := range map[string]int{"noisy": env.work.noisyN, "quiet": env.work.quietN} {
-		dsn := fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", tenant, password, bouncer.addr, db(server))
-		cfg, err := env.pgxConfig(dsn, int32(conns))
+	for tenant, conns := range map[string]int{"noisy": w.noisyN, "quiet": w.quietN} {
+		cfg, err := env.pgxConfig(bouncer.DSNFor(tenant, password), int32(conns))
 		if err != nil {
 			return nil, err
 		}
@@ -72,12 +69,12 @@ func runPgBouncer(ctx context.Context, env *environment, name string) ([]result,
 			return nil, err
 		}
 		defer p.Close()
-		if err := warm(ctx, p, env.work); err != nil {
+		if err := warm(ctx, p, w); err != nil {
 			return nil, err
 		}
 		pools[tenant] = p
 	}
-	if err := bouncer.waitServerConns(ctx, password, db(server)); err != nil {
+	if err := waitServerConns(ctx, bouncer); err != nil {
 		return nil, err
 	}
 
@@ -133,91 +130,11 @@ func hopCost(ctx context.Context, dsn string, bounced *pgxpool.Pool) (hop, error
 	return hop{direct: percentile(ds, 50), bounced: percentile(bs, 50), n: n}, nil
 }
 
-type pgBouncer struct {
-	addr string
-	cmd  *exec.Cmd
-	dir  string
-}
-
-func startPgBouncer(ctx context.Context, bin string, server *url.URL, password string, w workload) (*pgBouncer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "noisy-pgbouncer-")
-	if err != nil {
-		return nil, err
-	}
-	os.Chmod(dir, 0o755)
-	ini := fmt.Sprintf(`[databases]
-%s = host=%s port=%s dbname=%s
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %d
-unix_socket_dir =
-auth_type = plain
-auth_file = %s
-admin_users = quiet
-pool_mode = transaction
-max_client_conn = %d
-default_pool_size = %d
-min_pool_size = %d
-max_user_connections = %d
-max_db_connections = %d
-server_login_retry = 1
-`, db(server), server.Hostname(), server.Port(), db(server), port, filepath.Join(dir, "users.txt"),
-		w.noisyN+w.quietN+50, perTenantCap, perTenantCap, perTenantCap, sharedConns)
-	users := fmt.Sprintf("\"noisy\" \"%s\"\n\"quiet\" \"%s\"\n", password, password)
-	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(users), 0o644); err != nil {
-		return nil, err
-	}
-	args := []string{filepath.Join(dir, "pgbouncer.ini")}
-	if os.Geteuid() == 0 {
-		// PgBouncer refuses to run as root; drop to an unprivileged user.
-		runAs := "postgres"
-		if _, err := user.Lookup(runAs); err != nil {
-			runAs = "nobody"
-		}
-		args = append([]string{"-u", runAs}, args...)
-		os.Chmod(dir, 0o777) // for its log file
-	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	logf, err := os.Create(filepath.Join(dir, "stderr.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()                  // the child keeps its own descriptor
-	cmd.Stdout, cmd.Stderr = logf, logf // shown only if it fails to start
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	b := &pgBouncer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, dir: dir}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", b.addr)
-		if err == nil {
-			c.Close()
-			return b, nil
-		}
-		if time.Now().After(deadline) {
-			b.stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
-			return nil, fmt.Errorf("pgbouncer did not listen on %s: %v\n%s", b.addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitServerConns waits until PgBouncer has opened min_pool_size server
 // connections for each tenant, so that connecting is not mistaken for
 // queueing. It asks PgBouncer's admin console (SHOW POOLS).
-func (b *pgBouncer) waitServerConns(ctx context.Context, password, database string) error {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://quiet:%s@%s/pgbouncer?sslmode=disable", password, b.addr))
+func waitServerConns(ctx context.Context, b *tenantdbtest.PgBouncer) error {
+	cfg, err := pgx.ParseConfig(b.AdminDSN)
 	if err != nil {
 		return err
 	}
@@ -243,7 +160,7 @@ func (b *pgBouncer) waitServerConns(ctx context.Context, password, database stri
 			for i, fd := range rows.FieldDescriptions() {
 				cols[fd.Name] = row[i]
 			}
-			if cols["database"] != database {
+			if cols["user"] != "noisy" && cols["user"] != "quiet" {
 				continue
 			}
 			if n, _ := strconv.Atoi(fmt.Sprint(cols["sv_idle"])); n >= perTenantCap {
@@ -261,21 +178,4 @@ func (b *pgBouncer) waitServerConns(ctx context.Context, password, database stri
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func db(server *url.URL) string { return strings.TrimPrefix(server.Path, "/") }
-
-func (b *pgBouncer) stop() {
-	b.cmd.Process.Signal(os.Interrupt)
-	b.cmd.Wait()
-	os.RemoveAll(b.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

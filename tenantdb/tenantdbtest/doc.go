@@ -1,6 +1,8 @@
 // Package tenantdbtest starts the servers that tenantdb's tests need —
 // PostgreSQL, Redis, Jaeger and Prometheus — as containers with testcontainers-go, or
-// points at servers that already run.
+// points at servers that already run. PgBouncer (StartPgBouncer) runs on the
+// host instead, from the distribution's package, in front of a Postgres;
+// tests that need it are skipped where it is not installed.
 //
 // Each service has two entry points: StartX(t, ...) for tests, which fails
 // the test when the server cannot be had and terminates the container when

@@ -1,0 +1,108 @@
+package poolhttp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// ErrNoTenant is returned (wrapped, inside the *url.Error an http.Client
+// adds) by Transport for a request whose context carries no tenant. Such a
+// call is refused rather than counted against a shared bucket.
+var ErrNoTenant = errors.New("poolhttp: no tenant in request context")
+
+// Transport is an http.RoundTripper that admits every outbound request
+// against Gate for the tenant in the request's context (pool.WithTenant,
+// tenantdb.WithTenant), before Base sends it. The slot is held until the
+// response body is closed, or released at once when Base returns an error:
+// a caller that never closes a body keeps its tenant's slot, as it would
+// keep the connection.
+//
+// A request that is not admitted is not sent; RoundTrip returns ErrNoTenant
+// (no tenant in context) or Gate.Acquire's error: an *pool.OverLimitError
+// when the tenant is over its cap, a context error when the request's context
+// ends first. The request's context governs the wait for a slot as well as
+// the call.
+type Transport struct {
+	// Gate admits the calls; its plans are the per-tenant shares of the
+	// remote's quota, its capacity the whole quota. Required.
+	Gate *pool.Gate
+	// Base sends admitted requests. Default http.DefaultTransport.
+	Base http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	id, ok := pool.TenantFrom(req.Context())
+	if !ok {
+		closeBody(req)
+		return nil, fmt.Errorf("%w: %s %s", ErrNoTenant, req.Method, req.URL.Redacted())
+	}
+	permit, err := t.Gate.Acquire(req.Context(), id)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := roundTrip(base, req, permit)
+	if err != nil || resp == nil || resp.Body == nil {
+		permit.Release()
+		return resp, err
+	}
+	rb := &releasingBody{ReadCloser: resp.Body, permit: permit}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+		resp.Body = &releasingReadWriter{releasingBody: rb, w: rw} // 101 Switching Protocols
+	} else {
+		resp.Body = rb
+	}
+	return resp, nil
+}
+
+// roundTrip calls base, releasing permit if base panics.
+func roundTrip(base http.RoundTripper, req *http.Request, permit pool.Permit) (resp *http.Response, err error) {
+	done := false
+	defer func() {
+		if !done {
+			permit.Release()
+		}
+	}()
+	resp, err = base.RoundTrip(req)
+	done = true
+	return resp, err
+}
+
+// closeBody closes a request body RoundTrip will not send, as the
+// http.RoundTripper contract asks.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// releasingBody releases its permit when closed, once.
+type releasingBody struct {
+	io.ReadCloser
+	permit pool.Permit
+	once   sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.permit.Release)
+	return err
+}
+
+// releasingReadWriter keeps a writable body (a protocol upgrade) writable.
+type releasingReadWriter struct {
+	*releasingBody
+	w io.Writer
+}
+
+func (b *releasingReadWriter) Write(p []byte) (int, error) { return b.w.Write(p) }
