@@ -29,7 +29,8 @@ const connTenantKey = "tenantdb.tenant"
 // needs no reset.
 func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string) error {
 	data := conn.PgConn().CustomData()
-	if last, used := data[connTenantKey].(string); used && last != tenant {
+	last, used := data[connTenantKey].(string)
+	if used && last != tenant {
 		delete(data, connTenantKey) // until the reset is complete
 		if err := conn.DeallocateAll(ctx); err != nil {
 			return err
@@ -45,6 +46,8 @@ func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string
 			return err
 		}
 	}
-	data[connTenantKey] = tenant
+	if !used || last != tenant {
+		data[connTenantKey] = tenant // boxing allocates: only on a change
+	}
 	return nil
 }
