@@ -39,7 +39,7 @@ func (s *Slot) Tenant() string { return s.tenant }
 // Session returns the Config.Session the Pool was created with, so that an
 // adapter can tell whether its statements need the tenant's values set per
 // transaction (ScopeTransaction).
-func (p *Pool) Session() Session { return p.session }
+func (p *Pool) Session() Session { return p.session.cfg }
 
 // Attach names the connection the slot's work runs on: if the tenant's
 // cluster-wide slot is revoked (see ErrRevoked), PostgreSQL is asked to

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// markdownTable is the guide's table: per scenario and tenant, latency
+// markdownTable is the results table: per scenario and tenant, latency
 // percentiles, what completed and was rejected, and the makespan.
 func markdownTable(rs []result, scale float64) string {
 	var b strings.Builder
@@ -120,7 +120,7 @@ func targets(rs []result, scale float64) string {
 		check(q.P99 <= 1.2*u.P99, "%s: quiet p99 %.2fx unloaded (target ≤ 1.2x)", sc, q.P99/u.P99)
 	}
 	if q, ok := find(rs, "shared", "quiet"); ok {
-		fmt.Fprintf(&b, "- shared: quiet p50 %s (the guide: 9,558 ms at scale 1)\n", fmtDur(q.P50))
+		fmt.Fprintf(&b, "- shared: quiet p50 %s (about 9.5 s at scale 1: behind ten rounds of the noisy tenant's queries)\n", fmtDur(q.P50))
 	}
 	if q, ok := find(rs, "http-shared", "quiet"); ok {
 		fmt.Fprintf(&b, "- http-shared: quiet p50 %s (the guide: 9,558 ms at scale 1)\n", fmtDur(q.P50))

@@ -12,8 +12,8 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
-// workload is the guide's experiment at a time scale: the noisy tenant's
-// queries all arrive at once, the quiet tenant's are spread evenly.
+// workload is the noisy-neighbour experiment at a time scale: the noisy
+// tenant's queries all arrive at once, the quiet tenant's are spread evenly.
 type workload struct {
 	noisyN, quietN          int
 	noisySleep, quietSleep  time.Duration
