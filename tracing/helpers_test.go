@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -173,6 +175,10 @@ func mustAcquire(t testing.TB, ctx context.Context, g *pool.Gate, id string) poo
 	return p
 }
 
+// probeTimeout bounds a test's wait for the Gate's state (a waiter queued,
+// a result delivered); it matters only when the test fails.
+const probeTimeout = 20 * time.Second
+
 type result struct {
 	p   pool.Permit
 	err error
@@ -192,22 +198,24 @@ func recv(t testing.TB, ch <-chan result) result {
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no result after 20s")
+	case <-time.After(probeTimeout):
+		t.Fatalf("no result after %v", probeTimeout)
 		return result{}
 	}
 }
 
-// eventually polls a probe until it holds: tests synchronise on the Gate's
-// state, never on sleeps.
-func eventually(t testing.TB, what string, cond func() bool) {
+// batchAndCopy sends a batch of two inserts into table, a one-column table
+// of ints, then copies a row into it: one call of each kind.
+func batchAndCopy(t testing.TB, ctx context.Context, p *tenantdb.Pool, table string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
+	b := &pgx.Batch{}
+	b.Queue("insert into " + table + " values (1)")
+	b.Queue("insert into " + table + " values (2)")
+	if err := p.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CopyFrom(ctx, pgx.Identifier{table}, []string{"n"}, pgx.CopyFromRows([][]any{{3}})); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -75,21 +75,19 @@ func jaegerSpans(ctx context.Context, queryURL, service string) ([]jaegerSpan, e
 // minute has passed: export and indexing are asynchronous.
 func pollJaeger(t *testing.T, queryURL, service string, done func([]jaegerSpan) error) []jaegerSpan {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		spans, err := jaegerSpans(ctx, queryURL, service)
-		cancel()
-		if err == nil {
-			if err = done(spans); err == nil {
-				return spans
-			}
+	var spans []jaegerSpan
+	tenantdbtest.EventuallyNoError(t, time.Minute, fmt.Sprintf("Jaeger at %s has the spans of %s", queryURL, service), func(ctx context.Context) error {
+		got, err := jaegerSpans(ctx, queryURL, service)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Jaeger at %s, service %s: %v", queryURL, service, err)
+		if err := done(got); err != nil {
+			return err
 		}
-		time.Sleep(200 * time.Millisecond) // polling an external system, not synchronising with our code
-	}
+		spans = got
+		return nil
+	})
+	return spans
 }
 
 func byTenant(spans []jaegerSpan, op, tenant string) []jaegerSpan {
@@ -166,7 +164,7 @@ func TestJaegerShowsNoisyTenantWaitingAndQuietTenantNot(t *testing.T) {
 	for range flood {
 		wg.Go(func() { errs <- request("noisy", "select pg_sleep(0.05)") })
 	}
-	eventually(t, "the flood is queued and rejected", func() bool {
+	tenantdbtest.Eventually(t, probeTimeout, "the flood is queued and rejected", func() bool {
 		s := p.TenantStat("noisy")
 		return s.Waiting == 2 && s.Rejected == flood-2
 	})

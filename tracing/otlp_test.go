@@ -66,7 +66,7 @@ func TestStartOTLPReachesJaegerAndPrometheus(t *testing.T) {
 				}
 				return nil
 			})
-			pollUntil(t, 60*time.Second, "the OTLP metrics in Prometheus", func(ctx context.Context) error {
+			tenantdbtest.EventuallyNoError(t, 60*time.Second, "the OTLP metrics in Prometheus", func(ctx context.Context) error {
 				for _, expr := range []string{
 					fmt.Sprintf(`tenantdb_tenant_connection_rejections_total{db_client_connection_pool_name=%q,tenantdb_tenant_id="noisy",tenantdb_outcome="rejected"}`, pool),
 					fmt.Sprintf(`tenantdb_tenant_connection_use_time_seconds_count{db_client_connection_pool_name=%q,tenantdb_tenant_id="noisy"}`, pool),

@@ -192,7 +192,7 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 	// Wait until every rule has been evaluated cleanly over data with a
 	// rate in it: two scrapes of the noisy tenant's growing rejections.
 	var rules []tenantdbtest.RuleHealth
-	pollUntil(t, 90*time.Second, "rules evaluated over the noisy tenant's rejections", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 90*time.Second, "rules evaluated over the noisy tenant's rejections", func(ctx context.Context) error {
 		var err error
 		if rules, err = prom.Rules(ctx); err != nil {
 			return err
@@ -282,7 +282,7 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 
 	// The alert group is evaluated after the recording rules it reads: its
 	// first evaluation may precede their first data.
-	pollUntil(t, 30*time.Second, "TenantdbTenantRejected for noisy and TenantdbAdmissionSlow for queued, pending or firing", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "TenantdbTenantRejected for noisy and TenantdbAdmissionSlow for queued, pending or firing", func(ctx context.Context) error {
 		alerts, err := prom.Alerts(ctx)
 		if err != nil {
 			return err
@@ -303,22 +303,4 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// pollUntil calls f until it succeeds or timeout passes, failing t then.
-func pollUntil(t *testing.T, timeout time.Duration, what string, f func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := f(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }

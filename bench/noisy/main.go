@@ -1,6 +1,7 @@
-// Command noisy reproduces the noisy-neighbour experiment of the guide tenantdb
-// grew from, on a real PostgreSQL: a noisy tenant sends 200 queries of 1 s at
-// once while a quiet tenant sends 50 queries of 20 ms spread over a second.
+// Command noisy runs the noisy-neighbour experiment on a real PostgreSQL:
+// with a shared pool of 20 connections and a per-tenant cap of 10, a noisy
+// tenant sends 200 queries of 1 s at once while a quiet tenant sends 50
+// queries of 20 ms spread over a second.
 // It runs them behind a raw shared pgxpool, behind tenantdb (queueing,
 // rejecting, and oversubscribed plans where the fair gate decides) and behind
 // PgBouncer, and writes a table and a chart of what each tenant saw.
@@ -28,7 +29,7 @@ import (
 func main() {
 	var opts options
 	flag.StringVar(&opts.dsn, "dsn", "", "PostgreSQL to use (default: start one in Docker with tenantdbtest)")
-	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = the guide's 1 s and 20 ms queries; 0.25 is four times faster")
+	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = queries of 1 s (noisy) and 20 ms (quiet); 0.25 is four times faster")
 	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
 	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))

@@ -13,8 +13,8 @@ import (
 )
 
 const (
-	sharedConns  = 20 // the guide's shared limit
-	perTenantCap = 10 // the guide's per-tenant limit
+	sharedConns  = 20 // the shared pool's MaxConns
+	perTenantCap = 10 // each tenant's cap behind tenantdb
 )
 
 type scenario struct {

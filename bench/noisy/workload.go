@@ -12,8 +12,8 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
-// workload is the guide's experiment at a time scale: the noisy tenant's
-// queries all arrive at once, the quiet tenant's are spread evenly.
+// workload is the noisy-neighbour experiment at a time scale: the noisy
+// tenant's queries all arrive at once, the quiet tenant's are spread evenly.
 type workload struct {
 	noisyN, quietN          int
 	noisySleep, quietSleep  time.Duration
@@ -155,6 +155,7 @@ type result struct {
 	// (the http-* scenarios): from the request's arrival in the handler
 	// chain to the written 429.
 	MaxRejectServer float64 `json:"max_reject_server_ms,omitempty"`
+	P99RejectServer float64 `json:"p99_reject_server_ms,omitempty"`
 	Errors          int     `json:"errors,omitempty"`
 	FirstError      string  `json:"first_error,omitempty"`
 	// Oracle is set on the oracle-* scenarios' rows, one per limit
