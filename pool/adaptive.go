@@ -63,6 +63,12 @@ const (
 	// window at a limit it has already seen queue.
 	firstBackoff = 4
 	maxBackoff   = 64
+
+	// minInflatedSamples is the fewest holds, all inflated, on which a
+	// window is judged inflated: a window of one or two (at a limit of one
+	// or two) would take a tenant's few slow holds, which other tenants'
+	// load causes, for queueing of its own, and hold it at its floor.
+	minInflatedSamples = 3
 )
 
 // inflationSlack is added to the tolerated hold time, so that the jitter of
@@ -118,7 +124,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // one-core database runs at 1 with a try at 2 every few, then many, windows.
 //
 // A window above the floor whose first samples, more than half of it, are
-// all inflated is cut at once rather than when it completes.
+// all inflated is cut at once rather than when it completes. A window is
+// only judged inflated on at least minInflatedSamples holds: a smaller one
+// that is goes on until it has them (or a hold within tolerance).
 //
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
@@ -193,7 +201,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// rather than a round later, so a CPU-bound tenant's probes above
 		// its floor (slow start's doubling, each +1) queue the database
 		// for half as long. Work that does not inflate is never cut early.
-		if old <= floor || 2*a.n <= old || a.winMin <= a.tolerated(cfg) {
+		if old <= floor || 2*a.n <= old || a.n < minInflatedSamples || a.winMin <= a.tolerated(cfg) {
 			return old
 		}
 		a.cutTowards(floor, a.tolerated(cfg))
@@ -210,6 +218,12 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.baseline, a.measured, stale = a.winMin, now, false
 	}
 	tolerated := a.tolerated(cfg)
+	if !stale && a.winMin > tolerated && a.n < minInflatedSamples {
+		// Too few samples to call the holds inflated: one or two slow
+		// holds happen to any tenant on a busy database. The window goes
+		// on until a hold within tolerance or minInflatedSamples of them.
+		return old
+	}
 	switch {
 	case stale:
 		// Probe: measure the baseline again, at the floor, then grow anew.
