@@ -60,7 +60,7 @@ func (p Permit) Release() {
 // released.
 func (p Permit) Revoked() <-chan struct{} {
 	s := p.s
-	if s == nil || s.g.cluster == nil { // cluster never changes after New: no lock on the common path
+	if s == nil || s.g.cfg.Cluster == nil { // Cluster never changes after New: no lock on the common path
 		return nil
 	}
 	g := s.g
