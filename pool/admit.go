@@ -62,13 +62,17 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		g.mu.Unlock()
 		return Permit{}, ErrClosed
 	}
-	t := g.tenants[id] // a tracked ID was validated when it was first seen
+	t := g.recent
+	if t == nil || t.id != id {
+		t = g.tenants[id] // a tracked ID was validated when it was first seen
+	}
 	if t == nil || (g.cfg.Lookup != nil && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
 		var err error
 		if t, err = g.resolveLocked(ctx, id, t); err != nil {
 			return Permit{}, err // resolveLocked unlocked
 		}
 	}
+	g.recent = t
 	if t.idleList != notIdle {
 		g.unidleLocked(t)
 	}
@@ -78,7 +82,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		g.reserveLocked(t) // a reservation that did not fit may fit now
 		g.dispatchLocked() // and its waiters may go first now
 	}
-	d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
+	if g.cfg.Tracer != nil {
+		d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
+	}
 
 	c := t.wait
 	if g.cfg.Cluster == nil && (c == nil || c.capQ.n+c.globalQ.n == 0) && t.inUse < t.limit && g.grantableLocked(t) {
@@ -220,7 +226,7 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Per
 	if w.err == nil && ctxErr != nil {
 		// Rather than hand a permit to a caller that has gone.
 		w.permit.s.start = 0 // never held: its ~0 hold must not count in RetryAfter's average
-		_, _, _, lease = g.releaseLocked(w.permit.s)
+		_, lease = g.releaseLocked(w.permit.s)
 		w.permit, w.outcome, w.err = Permit{}, ctxOutcome(ctxErr), ctxErr
 	}
 	g.countLocked(t, w.outcome)

@@ -23,6 +23,7 @@ type Gate struct {
 	reservedFree  int                   // guarded by mu: Σ max(0, reserved-inUse) over tenants
 	reservedTotal int                   // guarded by mu: Σ reserved over tenants
 	tenants       map[string]*tenant    // guarded by mu
+	recent        *tenant               // guarded by mu: the last tenant admitted, so a run of its requests skips the map
 	tenantsPeak   int                   // guarded by mu: most tenants tracked since the map was last rebuilt
 	plans         map[string]*planState // guarded by mu: the plans in force (Config.Plans, then SetPlan)
 	defaultPlan   *planState            // guarded by mu

@@ -96,6 +96,9 @@ func (g *Gate) evictLocked(t *tenant) {
 	}
 	t.idleList = notIdle
 	delete(g.tenants, t.id)
+	if g.recent == t {
+		g.recent = nil
+	}
 	g.evicted++
 	if t.reserved > 0 { // inUse is 0: the whole reservation was kept free
 		g.reservedFree -= t.reserved
