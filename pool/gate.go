@@ -74,13 +74,23 @@ func (g *Gate) Capacity() int { return g.cfg.Capacity }
 // calls fail with it. Permits already granted stay valid; releasing them is
 // still safe.
 func (g *Gate) Close() {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return
-	}
-	g.closed = true
 	var leases []ClusterLease
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		leases = g.failWaitersLocked()
+	}
+	g.mu.Unlock()
+	g.stopClosing() // ends the waits of requests asking the cluster
+	for _, l := range leases {
+		defer l.Release() // deferred: one that panics does not keep the others
+	}
+}
+
+// failWaitersLocked fails every request in a queue with ErrClosed, and
+// returns the cluster leases they held, to release once unlocked. Requests
+// asking the cluster see the Gate closed when they come back.
+func (g *Gate) failWaitersLocked() (leases []ClusterLease) {
 	now := g.nowLocked()
 	for _, t := range g.tenants {
 		c := t.wait
@@ -102,11 +112,7 @@ func (g *Gate) Close() {
 			g.markIdleLocked(t, now)
 		}
 	}
-	g.mu.Unlock()
-	g.stopClosing() // ends the waits of requests asking the cluster
-	for _, l := range leases {
-		defer l.Release() // deferred: one that panics does not keep the others
-	}
+	return leases
 }
 
 // Acquire waits for a permit for tenantID and returns it, or an error:

@@ -25,34 +25,24 @@ func (l *list[T]) front() *T {
 	return l.head.v
 }
 
-func (l *list[T]) pushBack(e *link[T]) {
-	e.prev, e.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = e
-	} else {
-		l.head = e
-	}
-	l.tail = e
-	l.n++
-}
+func (l *list[T]) pushBack(e *link[T])  { l.insertBefore(e, nil) }
+func (l *list[T]) pushFront(e *link[T]) { l.insertBefore(e, l.head) }
 
-func (l *list[T]) pushFront(e *link[T]) {
-	if l.head == nil {
-		l.pushBack(e)
-		return
-	}
-	l.insertBefore(e, l.head)
-}
-
-// insertBefore puts e just before at, which is on l.
+// insertBefore puts e just before at, which is on l, or at the end when at
+// is nil.
 func (l *list[T]) insertBefore(e, at *link[T]) {
-	e.prev, e.next = at.prev, at
-	if at.prev != nil {
-		at.prev.next = e
+	prev := l.tail
+	if at != nil {
+		prev, at.prev = at.prev, e
+	} else {
+		l.tail = e
+	}
+	e.prev, e.next = prev, at
+	if prev != nil {
+		prev.next = e
 	} else {
 		l.head = e
 	}
-	at.prev = e
 	l.n++
 }
 
