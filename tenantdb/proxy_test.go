@@ -15,30 +15,28 @@ import (
 )
 
 // proxyProbe shows which tenant a statement ran as: the setting the RLS
-// policy reads, and how many rls_docs rows the policy let it see (a: 2,
-// b: 1, no setting: 0).
-const proxyProbe = "select coalesce(current_setting('app.tenant_id', true), ''), (select count(*) from rls_docs)"
+// policy reads, how many rls_docs rows the policy let it see (a: 2, b: 1, no
+// setting: 0), and which schema's items table its search_path found.
+const proxyProbe = "select coalesce(current_setting('app.tenant_id', true), ''), " +
+	"(select count(*) from rls_docs), coalesce((select name from items), 'no items')"
 
 // proxyTally counts the statements a tenant ran and those that ran under
 // another tenant's setting or none.
 type proxyTally struct {
 	mu         sync.Mutex
 	statements int
-	wrong      map[string]int // by the setting seen: another tenant's, or "" for none
+	wrong      map[string]int // what the wrong statements saw
 	failed     []string       // unexpected errors, first few
 }
 
-// saw counts one statement of tenant that ran under setting and saw rows
-// rows of rls_docs; rows < 0 for a CopyFrom, which shows none.
-func (c *proxyTally) saw(tenant, setting string, rows int64) {
+// saw counts one statement of tenant, which saw what (for the log) and ran
+// as tenant or not.
+func (c *proxyTally) saw(tenant, what string, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.statements++
-	switch {
-	case rows < 0 && setting != tenant: // a CopyFrom, which shows no rows
-		c.wrong[fmt.Sprintf("%s copied as %q", tenant, setting)]++
-	case rows >= 0 && (setting != tenant || rows != int64(len(wantProbe[tenant].tenants))):
-		c.wrong[fmt.Sprintf("%s ran as %q seeing %d rows", tenant, setting, rows)]++
+	if !ok {
+		c.wrong[tenant+" "+what]++
 	}
 }
 
@@ -64,8 +62,9 @@ func (c *proxyTally) leaks() int {
 // through PgBouncer in pool_mode=transaction, with fewer server connections
 // (2) than the tenantdb pool has client connections (8), so consecutive
 // transactions of one client connection land on different server
-// connections. Every statement reports the tenant setting it ran under and
-// the rows the RLS policy let it see.
+// connections. Session has a TenantSetting and a SearchPath; every statement
+// reports the setting it ran under, the rows the RLS policy let it see and
+// the schema its search_path found.
 //
 // With ScopeSession the setting made at acquire and the statement are
 // separate transactions: statements run under the other tenant's setting,
@@ -102,8 +101,12 @@ grant insert on proxy_uploads to `+rlsRole)
 		pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: bouncer.DSNFor(rlsRole, "app")}, 8)
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 		p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
-			Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 4}},
-			Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: scope},
+			Plans: map[string]tenantdb.Plan{"std": {MaxConns: 4}},
+			Session: tenantdb.Session{
+				TenantSetting: "app.tenant_id",
+				SearchPath:    func(id string) []string { return []string{"tenant_" + id, "public"} },
+				Scope:         scope,
+			},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -152,14 +155,16 @@ grant insert on proxy_uploads to `+rlsRole)
 // proxyStatements runs one round of every way a tenantdb.Pool runs
 // statements, each checked with the probe.
 func proxyStatements(ctx context.Context, p *tenantdb.Pool, tenant string, n int, tally *proxyTally) {
-	var setting string
-	var rows int64
 	probe := func(what string, row pgx.Row) {
-		if err := row.Scan(&setting, &rows); err != nil {
+		var setting, item string
+		var rows int64
+		if err := row.Scan(&setting, &rows, &item); err != nil {
 			tally.fail(what, err)
 			return
 		}
-		tally.saw(tenant, setting, rows)
+		want := wantProbe[tenant]
+		tally.saw(tenant, fmt.Sprintf("ran as %q seeing %d rows and %q", setting, rows, item),
+			setting == tenant && rows == int64(len(want.tenants)) && item == want.item)
 	}
 
 	tag, err := p.Exec(ctx, "select from rls_docs where $1::int >= 0", n)
@@ -167,8 +172,8 @@ func proxyStatements(ctx context.Context, p *tenantdb.Pool, tenant string, n int
 		tally.fail("Exec", err)
 	} else {
 		// The tag shows the rows only: a's 2, b's 1, none 0.
-		seen := map[int64]string{2: "a", 1: "b", 0: ""}[tag.RowsAffected()]
-		tally.saw(tenant, seen, tag.RowsAffected())
+		tally.saw(tenant, fmt.Sprintf("Exec saw %d rows", tag.RowsAffected()),
+			tag.RowsAffected() == int64(len(wantProbe[tenant].tenants)))
 	}
 
 	probe("QueryRow", p.QueryRow(ctx, proxyProbe))
@@ -239,6 +244,6 @@ func copied(t *testing.T, tally *proxyTally) {
 		t.Fatal(err)
 	}
 	for _, r := range pairs {
-		tally.saw(r[0], r[1], -1)
+		tally.saw(r[0], fmt.Sprintf("copied as %q", r[1]), r[1] == r[0])
 	}
 }
