@@ -208,13 +208,8 @@ func clusterChildHold(t *testing.T) {
 	for range clusterHeldSlots {
 		go func() { _, _ = p.Exec(as("killed"), clusterHoldSQL(tag)) }()
 	}
-	deadline := time.Now().Add(time.Minute)
-	for lim.Stats().Held < clusterHeldSlots {
-		if time.Now().After(deadline) {
-			t.Fatalf("the hold child holds %d of %d slots after a minute", lim.Stats().Held, clusterHeldSlots)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, fmt.Sprintf("the hold child holds %d slots", clusterHeldSlots),
+		func() bool { return lim.Stats().Held >= clusterHeldSlots })
 	clusterSay("holding %s", strconv.Itoa(os.Getpid()))
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until killed
 	t.Fatal("the hold child was not killed")
@@ -247,13 +242,8 @@ func clusterChildStall(t *testing.T) {
 			errs <- err
 		}()
 	}
-	deadline := time.Now().Add(time.Minute)
-	for lim.Stats().Held < clusterHeldSlots {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stall child holds %d of %d slots after a minute", lim.Stats().Held, clusterHeldSlots)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, fmt.Sprintf("the stall child holds %d slots", clusterHeldSlots),
+		func() bool { return lim.Stats().Held >= clusterHeldSlots })
 	clusterSay("holding %s", strconv.Itoa(os.Getpid()))
 	revoked := 0
 	for range clusterHeldSlots {

@@ -5,16 +5,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tenantdb/tenantdb/pool"
 )
 
 // Conn is a connection acquired for a tenant. It holds the tenant's slot and
 // the shared connection until Release. It is a small value, so that Acquire
 // allocates nothing: copies refer to the same connection, and releasing any
 // of them releases it once. Like pgxpool.Conn, it is for one goroutine at a
-// time, and must not be used after Release.
+// time, and must not be used after Release. Its statements run for the
+// tenant it was acquired for, with Config.Session's scope, whatever tenant
+// their own contexts carry.
 //
 // With a cluster limiter that revokes leases (pool/redislimit in FailClosed
 // mode), a revocation of the Conn's cluster slot cancels the statement it
@@ -22,102 +21,129 @@ import (
 // with ErrRevoked; statements of a pgx.Tx or pgx.Rows obtained from it
 // before are cancelled, not refused. Release it as usual.
 type Conn struct {
-	c      *pgxpool.Conn
-	permit pool.Permit
-	g      *revokeGuard // nil without a revocable cluster lease
+	h held
+}
+
+// Acquire takes a slot for the tenant in ctx and a connection from the shared
+// pool. ctx governs both waits. The Conn holds both until its Release.
+func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
+	_, h, err := p.hold(ctx) // the Conn's calls bring their own contexts
+	if err != nil {
+		return Conn{}, err
+	}
+	return Conn{h: h}, nil
+}
+
+// AcquireFunc acquires a Conn, calls f with it and releases it when f returns
+// or panics. As with pgxpool, ctx governs the acquire, not f.
+func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return f(c)
 }
 
 // Release returns the connection to the shared pool and the slot to the
 // tenant. Only the first call (on any copy) has an effect: pgxpool's Conns
 // are never reused and permits carry a generation. A connection that broke
 // is closed by pgxpool, and the slot is returned all the same.
-func (c Conn) Release() {
-	if c.c == nil {
-		return
-	}
-	c.g.stop() // before the connection may serve another request
-	c.c.Release()
-	c.permit.Release()
-}
+func (c Conn) Release() { c.h.release(nil) }
 
 // Hijack takes the connection out of the shared pool; the caller must close
 // it. The tenant's slot is returned at once, since the pool no longer counts
-// the connection. With Config.Session it keeps the tenant's session state:
-// nothing resets it, since it never returns to the pool.
+// the connection. It keeps the tenant's session state: nothing resets it,
+// since it never returns to the pool.
 func (c Conn) Hijack() *pgx.Conn {
-	c.g.stop()
-	conn := c.c.Hijack() // a later Release of c is then a no-op for pgxpool
-	c.permit.Release()
+	c.h.guard.stop()
+	conn := c.h.conn.Hijack() // a later Release of c is then a no-op for pgxpool
+	c.h.permit.Release()
 	return conn
+}
+
+// revoked returns ErrRevoked once the Conn's cluster slot was revoked.
+func (c Conn) revoked() error {
+	if c.h.guard.isRevoked() {
+		return ErrRevoked
+	}
+	return nil
 }
 
 // Exec runs sql on the connection.
 func (c Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if c.g.isRevoked() {
-		return pgconn.CommandTag{}, ErrRevoked
+	if err := c.revoked(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
-	tag, err := c.c.Exec(ctx, sql, args...)
-	return tag, c.g.wrap(err)
+	tag, err := c.h.run.exec(ctx, sql, args)
+	return tag, c.h.guard.wrap(err)
 }
 
 // Query runs sql on the connection. The rows do not hold a slot of their own:
 // the Conn does.
 func (c Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if c.g.isRevoked() {
-		return errRows{ErrRevoked}, ErrRevoked
+	if err := c.revoked(); err != nil {
+		return errRows{err}, err
 	}
-	return c.c.Query(ctx, sql, args...)
+	rows, batch, err := c.h.run.query(ctx, sql, args)
+	if err != nil || batch == nil {
+		return rows, c.h.guard.wrap(err)
+	}
+	return &tenantRows{Rows: rows, batch: batch}, nil
 }
 
 // QueryRow runs sql on the connection.
 func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if c.g.isRevoked() {
-		return errRow{ErrRevoked}
+	if err := c.revoked(); err != nil {
+		return errRow{err}
 	}
-	return c.c.QueryRow(ctx, sql, args...)
+	row, batch := c.h.run.queryRow(ctx, sql, args)
+	if batch == nil {
+		return row
+	}
+	return &tenantRow{row: row, batch: batch}
 }
 
 // SendBatch sends b on the connection.
 func (c Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if c.g.isRevoked() {
-		return pgx.FailedBatchResults(b, ErrRevoked)
+	if err := c.revoked(); err != nil {
+		return pgx.FailedBatchResults(b, err)
 	}
-	return c.c.SendBatch(ctx, b)
+	return c.h.run.sendBatch(ctx, b)
 }
 
 // CopyFrom copies rows into tableName on the connection.
 func (c Conn) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if c.g.isRevoked() {
-		return 0, ErrRevoked
+	if err := c.revoked(); err != nil {
+		return 0, err
 	}
-	n, err := c.c.CopyFrom(ctx, tableName, columnNames, rowSrc)
-	return n, c.g.wrap(err)
+	n, err := c.h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
+	return n, c.h.guard.wrap(err)
 }
 
 // Begin starts a transaction on the connection; it ends with the Conn's
 // Release at the latest.
 func (c Conn) Begin(ctx context.Context) (pgx.Tx, error) {
-	if c.g.isRevoked() {
-		return nil, ErrRevoked
-	}
-	return c.c.Begin(ctx)
+	return c.BeginTx(ctx, pgx.TxOptions{})
 }
 
 // BeginTx starts a transaction with txOptions on the connection.
 func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
-	if c.g.isRevoked() {
-		return nil, ErrRevoked
+	if err := c.revoked(); err != nil {
+		return nil, err
 	}
-	return c.c.BeginTx(ctx, txOptions)
+	tx, err := c.h.run.begin(ctx, txOptions)
+	return tx, c.h.guard.wrap(err)
 }
 
 // Ping checks the connection.
 func (c Conn) Ping(ctx context.Context) error {
-	if c.g.isRevoked() {
-		return ErrRevoked
+	if err := c.revoked(); err != nil {
+		return err
 	}
-	return c.g.wrap(c.c.Ping(ctx))
+	return c.h.guard.wrap(c.h.conn.Ping(ctx))
 }
 
-// Conn returns the underlying *pgx.Conn.
-func (c Conn) Conn() *pgx.Conn { return c.c.Conn() }
+// Conn returns the underlying *pgx.Conn. Statements sent on it directly do
+// not get ScopeTransaction's setting.
+func (c Conn) Conn() *pgx.Conn { return c.h.conn.Conn() }

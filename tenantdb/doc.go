@@ -20,17 +20,22 @@
 // package [github.com/tenantdb/tenantdb/pool].
 //
 // A slot is held exactly as long as the connection is: until Exec returns,
-// until Rows are closed or read to the end, until a Row is scanned, until a
-// Tx commits or rolls back, until BatchResults are closed, until a Conn is
-// released. Every path releases it, including errors, cancelled contexts,
-// broken connections and panics in AcquireFunc callbacks.
+// until Rows are closed, read to the end or fail to scan, until a Row is
+// scanned, until a Tx commits or rolls back, until BatchResults are closed,
+// until a Conn is released. Every path releases it, including errors,
+// cancelled contexts, broken connections and panics.
 //
-// With [Config.Session], each connection is also set up for the tenant that
-// acquires it (a setting that row-level security policies read, a
-// search_path), on every acquire, so no call sees another tenant's session
-// state. Work done on no tenant's behalf uses [Pool.Pgxpool], a Ping without a
-// tenant (a health check) or [Pool.AcquireAllIdle]. [Pool.Capacity] is the
-// sizing check: the caps of the tenants busy at once against MaxConns.
+// A shared connection passes from one tenant to another only in a pristine
+// session: what the previous tenant left in it (settings, roles, temporary
+// tables, cursors, prepared statements, LISTEN, advisory locks) is undone
+// first, as DISCARD ALL does. With [Config.Session], each statement also runs
+// with the tenant's values (a setting that row-level security policies
+// read, a search_path): set on the session at acquire ([ScopeSession]), or
+// inside each statement's transaction ([ScopeTransaction]), which holds
+// behind a transaction-pooling proxy. Work done on no tenant's behalf uses
+// [Pool.Pgxpool], a Ping without a tenant (a health check) or
+// [Pool.AcquireAllIdle]. [Pool.Capacity] is the sizing check: the caps of
+// the tenants busy at once against MaxConns.
 //
 // With [Config.Adaptive], a tenant's effective limit moves below its cap while
 // its own queries show that more of them at once only queue inside the

@@ -83,15 +83,10 @@ func assertNothingHeld(t testing.TB, p *tenantdb.Pool) {
 	eventually(t, "no shared connection is acquired", func() bool { return p.Stat().AcquiredConns() == 0 })
 }
 
-// eventually polls a probe until it holds. The deadline only matters when a
-// test fails; it is long enough for a container to stop and start again.
+// eventually is tenantdbtest.Eventually with this package's deadline, which
+// only matters when a test fails: a minute, long enough for a container to
+// stop and start again.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	tenantdbtest.Eventually(t, time.Minute, what, cond)
 }

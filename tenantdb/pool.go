@@ -17,9 +17,22 @@ import (
 // Pool is a pgxpool.Pool behind per-tenant bulkheads. It is safe for
 // concurrent use. Every method that uses a connection takes the tenant from
 // its context (WithTenant) and fails with ErrNoTenant without one.
+//
+// A shared connection passes from one tenant to another (or to work on no
+// tenant's behalf) only in a pristine session: before a connection last
+// held by another tenant is handed out, everything the previous holder
+// could leave in its session is undone, as PostgreSQL's DISCARD ALL does
+// (settings, SET ROLE and SET SESSION AUTHORIZATION, temporary tables,
+// cursors, prepared statements, LISTEN, session advisory locks), and pgx's
+// statement cache is emptied with it. That costs two round trips, and pgx
+// prepares each statement again on its first use after it. A connection
+// that stays with its tenant is not reset: what a tenant leaves in its own
+// session it meets again, as on a connection of its own.
 type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate
+
+	session *sessionSetup
 
 	typicalActive int // Config.TypicalActiveTenants, for Capacity
 
@@ -38,7 +51,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if pgxCfg == nil {
 		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
 	}
-	if err := cfg.Session.validate(); err != nil {
+	if err := cfg.Session.validate(pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
 	if cfg.TypicalActiveTenants < 0 {
@@ -57,15 +70,14 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 			pgxCfg.ConnConfig.Tracer = qt
 		}
 	}
-	if cfg.Session.enabled() {
-		newSessionSetup(cfg.Session).install(pgxCfg)
-	}
+	session := &sessionSetup{cfg: cfg.Session}
+	session.install(pgxCfg)
 	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
 	if err != nil {
 		gate.Close()
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
-	p := &Pool{pg: pg, gate: gate, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
+	p := &Pool{pg: pg, gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
 	p.warnCapacity(cfg)
 	idleTTL := cfg.IdleTTL
 	if idleTTL <= 0 {
@@ -117,34 +129,6 @@ func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
 	return permit, err
 }
 
-// Acquire takes a slot for the tenant in ctx and a connection from the shared
-// pool. ctx governs both waits. The Conn holds both until its Release.
-func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
-	permit, err := p.admit(ctx)
-	if err != nil {
-		return Conn{}, err
-	}
-	c, err := p.pg.Acquire(ctx)
-	if err != nil {
-		permit.Release()
-		return Conn{}, err
-	}
-	_, g := guardRevocation(context.Background(), permit) // the Conn's calls bring their own contexts
-	g.attach(c)
-	return Conn{c: c, permit: permit, g: g}, nil
-}
-
-// AcquireFunc acquires a Conn, calls f with it and releases it when f returns
-// or panics. As with pgxpool, ctx governs the acquire, not f.
-func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
-	c, err := p.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	return f(c)
-}
-
 // Ping checks that the server answers. With a tenant in ctx it is that
 // tenant's call, taking one of its slots like every other. Without one it is
 // a health check: it takes no tenant slot (so no tenant's cap can reject it)
@@ -179,7 +163,7 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
 	conns := make([]Conn, len(idle))
 	for i, c := range idle {
-		conns[i] = Conn{c: c} // the zero Permit's Release does nothing
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}} // the zero Permit's Release does nothing
 	}
 	return conns
 }

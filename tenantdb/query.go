@@ -6,90 +6,54 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tenantdb/tenantdb/pool"
 )
 
 // Exec runs sql for the tenant in ctx, holding its slot until Exec returns.
 // ctx governs the tenant wait, the wait for a connection and the query.
-func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	permit, err := p.admit(ctx)
+func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (_ pgconn.CommandTag, err error) {
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	defer permit.Release()
-	if gctx, g := guardRevocation(ctx, permit); g != nil {
-		return p.execGuarded(gctx, g, sql, args)
-	}
-	return p.pg.Exec(ctx, sql, args...)
-}
-
-// execGuarded is Exec under a revocable cluster lease: it acquires the
-// connection itself, so that a revocation can cancel the statement on it.
-func (p *Pool) execGuarded(ctx context.Context, g *revokeGuard, sql string, args []any) (_ pgconn.CommandTag, err error) {
-	c, err := p.pg.Acquire(ctx)
-	if err != nil {
-		g.stop()
-		return pgconn.CommandTag{}, g.wrap(err)
-	}
-	g.attach(c)
-	defer releaseGuarded(g, c, &err) // also if an argument's encoder panics
-	return c.Exec(ctx, sql, args...)
-}
-
-// releaseGuarded stops g, returns c to pgxpool and makes *err match
-// ErrRevoked if the revocation stopped the work: in that order, so that a
-// CancelRequest in flight cannot reach the connection's next user. Run
-// deferred, it returns the connection on a panic too (an argument's Valuer,
-// a Scanner), as pgxpool's own Exec and Row.Scan do.
-func releaseGuarded(g *revokeGuard, c *pgxpool.Conn, err *error) {
-	g.stop()
-	c.Release()
-	*err = g.wrap(*err)
+	defer h.release(&err) // also if an argument's encoder panics
+	return h.run.exec(ctx, sql, args)
 }
 
 // Query runs sql for the tenant in ctx. The tenant's slot is held, with the
-// connection, until the rows are closed or read to the end.
+// connection, until the rows are closed, read to the end, or fail to scan
+// (pgx closes rows on a Scan or Values error, and so does tenantdb).
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	permit, err := p.admit(ctx)
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return errRows{err}, err
 	}
-	if gctx, g := guardRevocation(ctx, permit); g != nil {
-		c, err := p.pg.Acquire(gctx)
-		if err != nil {
-			g.stop()
-			permit.Release()
-			err = g.wrap(err)
-			return errRows{err}, err
+	r := &tenantRows{h: h}
+	open := false
+	defer func() {
+		if !open { // an argument's encoder panicked
+			r.release()
 		}
-		g.attach(c)
-		rows, err := c.Query(gctx, sql, args...)
-		r := &tenantRows{Rows: rows, permit: permit, g: g, conn: c}
-		if err != nil {
-			r.Close()
-			err = g.wrap(err)
-			return errRows{err}, err
-		}
-		return r, nil
-	}
-	rows, err := p.pg.Query(ctx, sql, args...)
+	}()
+	rows, batch, err := h.run.query(ctx, sql, args)
 	if err != nil {
-		permit.Release() // pgxpool has released the connection
-		return rows, err
+		r.release()
+		err = h.guard.wrap(err)
+		return errRows{err}, err
 	}
-	return &tenantRows{Rows: rows, permit: permit}, nil
+	r.Rows, r.batch, open = rows, batch, true
+	return r, nil
 }
 
-// tenantRows returns the slot when pgxpool returns the connection: on Close,
-// or when Next reports the end. Under a revocable cluster lease it holds the
-// connection itself (conn) and its revocation guard.
+// tenantRows releases what it holds (the connection and slot of a Pool's
+// Query, or the batch of a statement under ScopeTransaction) once the rows
+// are done: on Close, when Next reports the end, and on a Scan or Values
+// error, after which pgx's rows are closed.
 type tenantRows struct {
 	pgx.Rows
-	permit pool.Permit
-	g      *revokeGuard
-	conn   *pgxpool.Conn
+	h     held
+	batch pgx.BatchResults // ScopeTransaction's batch, or nil
+	err   error            // the batch's Close error
+	done  bool
 }
 
 func (r *tenantRows) Next() bool {
@@ -100,54 +64,82 @@ func (r *tenantRows) Next() bool {
 	return false
 }
 
-func (r *tenantRows) Close() {
-	r.Rows.Close()
-	r.release()
+func (r *tenantRows) Scan(dest ...any) error {
+	err := r.Rows.Scan(dest...)
+	if err != nil {
+		r.release()
+	}
+	return err
 }
 
-func (r *tenantRows) Err() error { return r.g.wrap(r.Rows.Err()) }
-
-// release returns the connection (after the guard stopped) and the slot.
-func (r *tenantRows) release() {
-	r.g.stop()
-	if r.conn != nil {
-		r.conn.Release() // idempotent
+func (r *tenantRows) Values() ([]any, error) {
+	v, err := r.Rows.Values()
+	if err != nil {
+		r.release()
 	}
-	r.permit.Release()
+	return v, err
+}
+
+func (r *tenantRows) Close() { r.release() }
+
+func (r *tenantRows) Err() error {
+	err := r.Rows.Err()
+	if err == nil {
+		err = r.err
+	}
+	return r.h.guard.wrap(err)
+}
+
+func (r *tenantRows) release() {
+	if r.done {
+		return
+	}
+	r.done = true
+	if r.Rows != nil {
+		r.Rows.Close()
+	}
+	if r.batch != nil {
+		r.err = r.batch.Close()
+	}
+	r.h.release(nil)
 }
 
 // QueryRow runs sql for the tenant in ctx. The slot is held until Scan.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	permit, err := p.admit(ctx)
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return errRow{err}
 	}
-	if gctx, g := guardRevocation(ctx, permit); g != nil {
-		c, err := p.pg.Acquire(gctx)
-		if err != nil {
-			g.stop()
-			permit.Release()
-			return errRow{g.wrap(err)}
+	r := &tenantRow{h: h}
+	defer func() {
+		if r.row == nil { // an argument's encoder panicked
+			r.release(nil)
 		}
-		g.attach(c)
-		return &tenantRow{row: c.QueryRow(gctx, sql, args...), permit: permit, g: g, conn: c}
-	}
-	return &tenantRow{row: p.pg.QueryRow(ctx, sql, args...), permit: permit}
+	}()
+	r.row, r.batch = h.run.queryRow(ctx, sql, args)
+	return r
 }
 
+// tenantRow releases what it holds when it is scanned, also if a Scanner
+// panics.
 type tenantRow struct {
-	row    pgx.Row
-	permit pool.Permit
-	g      *revokeGuard  // nil without a revocable cluster lease
-	conn   *pgxpool.Conn // set with g
+	row   pgx.Row
+	h     held
+	batch pgx.BatchResults // ScopeTransaction's batch, or nil
 }
 
 func (r *tenantRow) Scan(dest ...any) (err error) {
-	defer r.permit.Release()
-	if r.conn != nil {
-		defer releaseGuarded(r.g, r.conn, &err) // also if a Scanner panics
-	}
+	defer r.release(&err)
 	return r.row.Scan(dest...)
+}
+
+func (r *tenantRow) release(err *error) {
+	if r.batch != nil {
+		if cerr := r.batch.Close(); err != nil && *err == nil {
+			*err = cerr
+		}
+	}
+	r.h.release(err)
 }
 
 // SendBatch sends b for the tenant in ctx. The slot is held, with the
@@ -155,53 +147,59 @@ func (r *tenantRow) Scan(dest ...any) (err error) {
 // transaction (pgx.Batch.BeginTx), until that transaction is committed or
 // rolled back.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	permit, err := p.admit(ctx)
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	if gctx, g := guardRevocation(ctx, permit); g != nil {
-		c, err := p.pg.Acquire(gctx)
-		if err != nil {
-			g.stop()
-			permit.Release()
-			return pgx.FailedBatchResults(b, g.wrap(err))
+	r := &tenantBatchResults{h: h}
+	defer func() {
+		if r.BatchResults == nil { // an argument's encoder panicked
+			r.h.release(nil)
 		}
-		g.attach(c)
-		br := c.SendBatch(gctx, b)
-		if tx := br.Tx(); tx != nil {
-			return &tenantBatchResults{BatchResults: br, tx: &tenantTx{Tx: tx, permit: permit, g: g, conn: c}}
-		}
-		return &tenantBatchResults{BatchResults: br, permit: permit, g: g, conn: c}
-	}
-	br := p.pg.SendBatch(ctx, b)
+	}()
+	br := h.run.sendBatch(ctx, b)
 	if tx := br.Tx(); tx != nil {
-		return &tenantBatchResults{BatchResults: br, tx: &tenantTx{Tx: tx, permit: permit}}
+		r.tx = &tenantTx{Tx: tx, h: h}
+		r.h = held{}
 	}
-	return &tenantBatchResults{BatchResults: br, permit: permit}
+	r.BatchResults = br
+	return r
 }
 
+// tenantBatchResults releases what it holds on Close, also if a queued
+// query's callback panics in it. When the batch began a transaction, the
+// transaction holds the connection instead, unless it ended in the batch.
 type tenantBatchResults struct {
 	pgx.BatchResults
-	permit pool.Permit // zero when tx owns it
+	h      held // zero when tx holds the connection
 	tx     *tenantTx
-	g      *revokeGuard  // nil without a revocable cluster lease, or when tx owns it
-	conn   *pgxpool.Conn // set with g
+	closed bool
+	err    error // Close's
 }
 
-func (b *tenantBatchResults) Close() error {
-	err := b.BatchResults.Close()
-	err = b.g.wrap(err)
-	b.g.stop()
-	if b.conn != nil {
-		b.conn.Release()
+func (b *tenantBatchResults) Close() (err error) {
+	if b.closed {
+		return b.err
 	}
-	b.permit.Release()
-	if b.tx != nil && b.tx.Conn() == nil {
-		// The batch never got a connection (pgxpool failed to acquire one):
-		// its transaction holds nothing, so neither does the tenant.
-		b.tx.release()
-	}
+	b.closed = true
+	completed := false
+	defer func() {
+		b.h.release(&err)
+		if tx := b.tx; tx != nil && tx.h.conn != nil && (!completed || !inTransaction(tx.h.conn.Conn())) {
+			// A panic, a failed BEGIN or a transaction the batch ended:
+			// nothing is left for Commit or Rollback to release.
+			tx.h.release(&err)
+		}
+		b.err = err
+	}()
+	err = b.BatchResults.Close()
+	completed = true
 	return err
+}
+
+// inTransaction reports whether conn is open and inside a transaction.
+func inTransaction(conn *pgx.Conn) bool {
+	return !conn.IsClosed() && conn.PgConn().TxStatus() != 'I'
 }
 
 func (b *tenantBatchResults) Tx() pgx.Tx {
@@ -214,23 +212,12 @@ func (b *tenantBatchResults) Tx() pgx.Tx {
 // CopyFrom copies rows into tableName for the tenant in ctx, holding its slot
 // until it returns.
 func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (_ int64, err error) {
-	permit, err := p.admit(ctx)
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer permit.Release()
-	gctx, g := guardRevocation(ctx, permit)
-	if g == nil {
-		return p.pg.CopyFrom(ctx, tableName, columnNames, rowSrc)
-	}
-	c, err := p.pg.Acquire(gctx)
-	if err != nil {
-		g.stop()
-		return 0, g.wrap(err)
-	}
-	g.attach(c)
-	defer releaseGuarded(g, c, &err)
-	return c.CopyFrom(gctx, tableName, columnNames, rowSrc)
+	defer h.release(&err)
+	return h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
 }
 
 // errRows and errRow carry an admission error the way

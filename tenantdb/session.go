@@ -13,37 +13,47 @@ import (
 
 // Session scopes each shared connection to the tenant that holds it, for
 // row-level security policies and schema-per-tenant layouts. The zero value
-// sets nothing and costs nothing.
+// sets nothing.
 //
-// The state is set on every acquire from the shared pool, in one round trip,
-// before the connection is handed out: to the tenant's values when the
-// context carries a tenant, and back to the defaults (an empty TenantSetting,
-// the role's default search_path) when it carries none, as for calls made
-// through Pool.Pgxpool, Pool.AcquireAllIdle and a Ping without a tenant. So
-// no connection reaches a caller with another tenant's state, whatever the
-// previous holder did with it (a session-level SET, a panic, a killed
-// backend). A connection whose setup fails is destroyed, never handed out;
-// when it failed because the connection was broken, pgxpool retries on
-// another one.
+// Whatever Session says, a connection passes from one tenant to another (or
+// to work done on no tenant's behalf) only in a pristine session: see
+// Pool for the reset that runs when a connection changes tenant.
 //
-// What it cannot cover: a connection taken out of the pool with Conn.Hijack
-// keeps the state it had; code that changes these settings itself on a
-// connection it holds sees its own values until it releases it.
+// With ScopeSession (the default) the values are set on every acquire from
+// the shared pool, in one round trip, before the connection is handed out:
+// to the tenant's values when the context carries a tenant, and back to the
+// defaults (an empty TenantSetting, the role's default search_path) when it
+// carries none, as for calls made through Pool.Pgxpool, Pool.AcquireAllIdle
+// and a Ping without a tenant. ScopeSession needs a direct connection or a
+// proxy in session pooling mode: behind a transaction-pooling proxy
+// (PgBouncer pool_mode=transaction and most managed poolers) the setting and
+// the statement can run on different server connections, so a statement can
+// run under another tenant's setting. Use ScopeTransaction there.
+//
+// A connection whose setup fails on the server is destroyed, never handed
+// out; a setup that fails before touching the connection (a SearchPath
+// panic, a schema name PostgreSQL would truncate) fails the call and keeps
+// the connection. A connection taken out of the pool with Conn.Hijack keeps
+// the state it had.
 type Session struct {
-	// TenantSetting names a custom setting (it must contain a dot, such as
-	// "app.tenant_id") that is set to the tenant ID with
-	// set_config(TenantSetting, tenantID, false). RLS policies read it with
+	// TenantSetting names a custom setting (two or more identifiers joined
+	// by dots, such as "app.tenant_id"; New rejects a name PostgreSQL would
+	// refuse) that is set to the tenant ID. RLS policies read it with
 	// current_setting('app.tenant_id', true); without a tenant it is ''.
 	// Default "": no setting.
 	TenantSetting string
 
-	// SearchPath returns the schemas a tenant's connections search, first
-	// to last, such as {"tenant_" + id, "public"}. tenantdb quotes each
-	// name, so a tenant ID cannot add schemas or SQL of its own. It is
-	// called on every acquire for a tenant, with no lock held; an empty
-	// result, and every acquire without a tenant, restore the role's
-	// default search_path. A panic in it fails that request with an error.
-	// Default nil: search_path is left alone.
+	// SearchPath returns the schemas a tenant's statements search, first
+	// to last, such as {"tenant_" + id, "public"}. With ScopeTransaction it
+	// needs the pgx.ConnConfig's DefaultQueryExecMode to be
+	// QueryExecModeExec or QueryExecModeSimpleProtocol (New checks), since
+	// the cached modes parse a statement before its transaction begins. tenantdb quotes each
+	// name, so a tenant ID cannot add schemas or SQL of its own; a name
+	// longer than 63 bytes, which PostgreSQL would silently truncate, fails
+	// the call. It is called with no lock held; an empty result, and every
+	// acquire without a tenant, mean the role's default search_path. A panic
+	// in it fails that request with an error. Default nil: search_path is
+	// left alone.
 	SearchPath func(tenantID string) []string
 
 	// Scope says where the tenant's values live: ScopeSession (the default)
@@ -69,96 +79,129 @@ const (
 	// in the transaction each statement runs in (a statement outside an
 	// explicit transaction gets an implicit one, in the same round trip), so
 	// they hold behind a transaction-pooling proxy and vanish at its end.
+	// Exec, Query, QueryRow, SendBatch, Begin and BeginTx, on the Pool and
+	// on an acquired Conn, add no round trip; CopyFrom runs in a transaction
+	// of its own (two more round trips). A batch sent with SendBatch gains
+	// a first query, the setting, whose result tenantdb reads itself.
 	ScopeTransaction
 )
 
 func (s Session) enabled() bool { return s.TenantSetting != "" || s.SearchPath != nil }
 
-// validate rejects a setting name PostgreSQL would refuse on every acquire.
-func (s Session) validate() error {
-	name := s.TenantSetting
-	if name == "" {
-		return nil
+// maxIdentifierLen is the longest name PostgreSQL keeps (NAMEDATALEN - 1);
+// it truncates longer ones silently.
+const maxIdentifierLen = 63
+
+// validate rejects what PostgreSQL would refuse or misread on every call,
+// for connections that run statements in mode.
+func (s Session) validate(mode pgx.QueryExecMode) error {
+	if s.Scope != ScopeSession && s.Scope != ScopeTransaction {
+		return fmt.Errorf("%w: Session.Scope %d is neither ScopeSession nor ScopeTransaction", pool.ErrInvalidConfig, s.Scope)
 	}
-	dot := strings.IndexByte(name, '.')
-	ok := dot > 0 && dot < len(name)-1 && len(name) <= 63
-	for i := 0; ok && i < len(name); i++ {
-		c := name[i]
-		ok = c == '_' || c == '.' || c == '$' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	if s.Scope == ScopeTransaction && s.SearchPath != nil &&
+		(mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe) {
+		// pgx parses a new statement in a round trip of its own, before
+		// the transaction that sets the search_path: names would resolve
+		// in the session's default path.
+		return fmt.Errorf("%w: Session.SearchPath with ScopeTransaction needs ConnConfig.DefaultQueryExecMode "+
+			"pgx.QueryExecModeExec or pgx.QueryExecModeSimpleProtocol (got %v): the cached modes parse statements "+
+			"before the tenant's search_path is set", pool.ErrInvalidConfig, mode)
 	}
-	if !ok || name[len(name)-1] == '.' || name[0] >= '0' && name[0] <= '9' {
-		return fmt.Errorf("%w: Session.TenantSetting %q must be a custom setting name like \"app.tenant_id\" (letters, digits, _ and $, with a dot)",
-			pool.ErrInvalidConfig, name)
+	if name := s.TenantSetting; name != "" && !validCustomSetting(name) {
+		return fmt.Errorf("%w: Session.TenantSetting %q must be a custom setting name like \"app.tenant_id\": "+
+			"identifiers (a letter or _, then letters, digits, _ or $) joined by dots, at most %d bytes",
+			pool.ErrInvalidConfig, name, maxIdentifierLen)
 	}
 	return nil
 }
 
-// sessionSetup is the statements and hook that set a connection's state.
+// validCustomSetting reports whether PostgreSQL accepts name as a custom
+// setting, as its valid_custom_variable_name does, restricted to ASCII.
+func validCustomSetting(name string) bool {
+	if len(name) > maxIdentifierLen {
+		return false
+	}
+	dots, start := 0, true
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '.':
+			if start {
+				return false // an empty part
+			}
+			dots, start = dots+1, true
+		case c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+			start = false
+		case !start && (c == '$' || '0' <= c && c <= '9'):
+		default:
+			return false
+		}
+	}
+	return dots > 0 && !start
+}
+
+// sessionSetup holds the Session and builds the statements that apply it.
 type sessionSetup struct {
 	cfg Session
-	sql string // for a tenant, with parameters
-	// reset restores the defaults for acquires without a tenant: constant
-	// statements, sent in one round trip by the simple protocol (pgx uses it
-	// for an Exec without arguments). RESET search_path is much cheaper than
-	// reading the default from pg_settings, which scans every setting.
-	reset string
 }
 
-func newSessionSetup(cfg Session) *sessionSetup {
-	var parts []string
-	n := 1
-	if cfg.TenantSetting != "" {
-		parts = append(parts, "set_config($1::text, $2::text, false)")
-		n = 3
-	}
-	if cfg.SearchPath != nil {
-		// The default comes from a scalar subquery that PostgreSQL
-		// evaluates only when the parameter is null, so a tenant's path
-		// costs no pg_settings scan.
-		parts = append(parts, fmt.Sprintf("set_config('search_path', coalesce($%d::text, "+
-			"(select reset_val from pg_settings where name = 'search_path')), false)", n))
-	}
-	var reset []string
-	if cfg.TenantSetting != "" {
-		// validate allowed only letters, digits, _, $ and dots: safe in a literal.
-		reset = append(reset, "select set_config('"+cfg.TenantSetting+"', '', false)")
-	}
-	if cfg.SearchPath != nil {
-		reset = append(reset, "reset search_path")
-	}
-	return &sessionSetup{cfg: cfg, sql: "select " + strings.Join(parts, ", "), reset: strings.Join(reset, "; ")}
-}
-
-// args returns the setup's arguments for tenant ("" for none).
-func (s *sessionSetup) args(tenant string) ([]any, error) {
-	args := make([]any, 0, 3)
+// values returns the SQL expressions that set tenant's values, local to the
+// transaction or for the session, as literals (nil when Session sets
+// nothing). It touches no connection, so its errors leave the connection
+// as it was.
+func (s *sessionSetup) values(tenant string, local bool) ([]string, error) {
+	var exprs []string
 	if s.cfg.TenantSetting != "" {
-		args = append(args, s.cfg.TenantSetting, tenant)
+		exprs = append(exprs, setConfig(s.cfg.TenantSetting, quoteLiteral(tenant), local))
 	}
 	if s.cfg.SearchPath != nil {
 		path, err := s.path(tenant)
 		if err != nil {
 			return nil, err
 		}
-		args = append(args, path)
+		switch {
+		case path != "":
+			exprs = append(exprs, setConfig("search_path", quoteLiteral(path), local))
+		case !local:
+			// The role's default: a scalar subquery, evaluated only here,
+			// never for a tenant with a path.
+			exprs = append(exprs, setConfig("search_path",
+				"(select reset_val from pg_settings where name = 'search_path')", local))
+		}
 	}
-	return args, nil
+	return exprs, nil
 }
 
-// path returns tenant's search_path as a list of quoted schema names, or nil
+func setConfig(name, value string, local bool) string {
+	return fmt.Sprintf("set_config('%s', %s, %t)", name, value, local)
+}
+
+// quoteLiteral quotes s as an escape string literal, whose meaning does not
+// depend on standard_conforming_strings. Tenant IDs and schema names carry
+// no NUL byte (pool refuses control characters; path checks schema names).
+func quoteLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+}
+
+// path returns tenant's search_path as a list of quoted schema names, or ""
 // (the role's default) for no tenant or no schemas.
-func (s *sessionSetup) path(tenant string) (any, error) {
+func (s *sessionSetup) path(tenant string) (string, error) {
 	if tenant == "" {
-		return nil, nil
+		return "", nil
 	}
 	schemas, err := s.searchPath(tenant)
 	if err != nil || len(schemas) == 0 {
-		return nil, err
+		return "", err
 	}
 	quoted := make([]string, len(schemas))
 	for i, name := range schemas {
-		if name == "" {
-			return nil, fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned an empty schema name", tenant)
+		switch {
+		case name == "":
+			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned an empty schema name", tenant)
+		case len(name) > maxIdentifierLen:
+			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned schema %q of %d bytes; "+
+				"PostgreSQL truncates names to %d bytes, so two tenants could share it", tenant, name, len(name), maxIdentifierLen)
+		case strings.IndexByte(name, 0) >= 0:
+			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned a schema name with a NUL byte", tenant)
 		}
 		quoted[i] = pgx.Identifier{name}.Sanitize()
 	}
@@ -176,19 +219,30 @@ func (s *sessionSetup) searchPath(tenant string) (schemas []string, err error) {
 	return s.cfg.SearchPath(tenant), nil
 }
 
-// prepare is the pgxpool PrepareConn hook: it sets the state for the tenant
-// in ctx, the acquiring call's context, and governs the round trip with it.
+// transactional reports whether statements must set the tenant's values
+// themselves (ScopeTransaction with something to set).
+func (s *sessionSetup) transactional() bool {
+	return s != nil && s.cfg.Scope == ScopeTransaction && s.cfg.enabled()
+}
+
+// prepare is the pgxpool PrepareConn hook. It resets a connection that
+// changes tenant (see resetSession) and, with ScopeSession, sets the
+// values of the tenant in ctx, the acquiring call's context, which governs
+// the round trips.
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	tenant, _ := TenantFrom(ctx)
-	sql, args := s.reset, []any(nil)
-	if tenant != "" {
+	var exprs []string
+	if s.cfg.Scope == ScopeSession {
 		var err error
-		if args, err = s.args(tenant); err != nil {
-			return false, err
+		if exprs, err = s.values(tenant, false); err != nil {
+			return true, err // nothing touched the connection: keep it
 		}
-		sql = s.sql
 	}
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+	var statements string
+	if len(exprs) > 0 {
+		statements = "select " + strings.Join(exprs, ", ")
+	}
+	if err := resetSession(ctx, conn, tenant, statements); err != nil {
 		if conn.IsClosed() && ctx.Err() == nil {
 			return false, nil // a broken connection: pgxpool tries another
 		}
@@ -199,7 +253,9 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 
 // install chains the hook before the pgxCfg's own PrepareConn (or its
 // deprecated BeforeAcquire, which pgxpool ignores once PrepareConn is set),
-// so that the user's hook sees the tenant's state.
+// so that the user's hook sees the tenant's state. A panic in the user's
+// hook fails the acquire with an error and destroys the connection, instead
+// of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 	own := pgxCfg.PrepareConn
 	if own == nil && pgxCfg.BeforeAcquire != nil {
@@ -214,8 +270,19 @@ func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 		if ok, err := s.prepare(ctx, c); !ok || err != nil {
 			return ok, err
 		}
-		return own(ctx, c)
+		return callUserHook(ctx, c, own)
 	}
+}
+
+// callUserHook calls the user's PrepareConn, turning a panic into an error
+// that destroys the connection.
+func callUserHook(ctx context.Context, c *pgx.Conn, hook func(context.Context, *pgx.Conn) (bool, error)) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok, err = false, fmt.Errorf("tenantdb: the pgxpool.Config's PrepareConn or BeforeAcquire panicked: %v", r)
+		}
+	}()
+	return hook(ctx, c)
 }
 
 // withoutTenant hides the tenant ctx carries, for work done on no tenant's

@@ -5,9 +5,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tenantdb/tenantdb/pool"
 )
 
 // Begin starts a transaction for the tenant in ctx. The tenant's slot is held,
@@ -18,86 +15,98 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // BeginTx starts a transaction with txOptions for the tenant in ctx, as Begin.
-func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
-	permit, err := p.admit(ctx)
+func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (_ pgx.Tx, err error) {
+	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if gctx, g := guardRevocation(ctx, permit); g != nil {
-		c, err := p.pg.Acquire(gctx)
-		if err != nil {
-			g.stop()
-			permit.Release()
-			return nil, g.wrap(err)
+	tx := &tenantTx{h: h}
+	defer func() {
+		if tx.Tx == nil { // failed, or a hook panicked
+			tx.h.release(&err)
 		}
-		g.attach(c)
-		tx, err := c.BeginTx(gctx, txOptions)
-		if err != nil {
-			g.stop()
-			c.Release()
-			permit.Release()
-			return nil, g.wrap(err)
-		}
-		return &tenantTx{Tx: tx, permit: permit, g: g, conn: c}, nil
-	}
-	tx, err := p.pg.BeginTx(ctx, txOptions)
-	if err != nil {
-		permit.Release() // pgxpool has released the connection
+	}()
+	if tx.Tx, err = h.run.begin(ctx, txOptions); err != nil {
 		return nil, err
 	}
-	return &tenantTx{Tx: tx, permit: permit}, nil
+	return tx, nil
 }
 
-// tenantTx returns the slot when pgxpool returns the connection: after Commit
-// or Rollback, whether or not they succeed.
-//
-// Under a revocable cluster lease it holds the connection itself (conn) and
-// its revocation guard: a revocation cancels the statement running, and the
-// transaction's later Exec, Query and QueryRow fail with ErrRevoked.
+// tenantTx releases the connection and slot it holds after Commit or
+// Rollback, whether or not they succeed. Under a revocable cluster lease a
+// revocation cancels the statement running, and the transaction's later
+// statements fail with ErrRevoked.
 type tenantTx struct {
 	pgx.Tx
-	permit pool.Permit
-	g      *revokeGuard  // nil without a revocable cluster lease
-	conn   *pgxpool.Conn // set with g
+	h held
 }
 
-func (tx *tenantTx) Commit(ctx context.Context) error {
-	defer tx.release()
-	return tx.g.wrap(tx.Tx.Commit(ctx))
+func (tx *tenantTx) Commit(ctx context.Context) (err error) {
+	defer tx.h.release(&err)
+	return tx.Tx.Commit(ctx)
 }
 
-func (tx *tenantTx) Rollback(ctx context.Context) error {
-	defer tx.release()
+func (tx *tenantTx) Rollback(ctx context.Context) (err error) {
+	defer tx.h.release(&err)
 	return tx.Tx.Rollback(ctx)
 }
 
-// release returns the connection (after the guard stopped) and the slot.
-func (tx *tenantTx) release() {
-	tx.g.stop()
-	if tx.conn != nil {
-		tx.conn.Release()
+// revoked returns ErrRevoked once the transaction's cluster slot was revoked.
+func (tx *tenantTx) revoked() error {
+	if tx.h.guard.isRevoked() {
+		return ErrRevoked
 	}
-	tx.permit.Release()
+	return nil
 }
 
 func (tx *tenantTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if tx.g.isRevoked() {
-		return pgconn.CommandTag{}, ErrRevoked
+	if err := tx.revoked(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
 	tag, err := tx.Tx.Exec(ctx, sql, args...)
-	return tag, tx.g.wrap(err)
+	return tag, tx.h.guard.wrap(err)
 }
 
 func (tx *tenantTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if tx.g.isRevoked() {
-		return errRows{ErrRevoked}, ErrRevoked
+	if err := tx.revoked(); err != nil {
+		return errRows{err}, err
 	}
-	return tx.Tx.Query(ctx, sql, args...)
+	rows, err := tx.Tx.Query(ctx, sql, args...)
+	return rows, tx.h.guard.wrap(err)
 }
 
 func (tx *tenantTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if tx.g.isRevoked() {
-		return errRow{ErrRevoked}
+	if err := tx.revoked(); err != nil {
+		return errRow{err}
 	}
 	return tx.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (tx *tenantTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := tx.revoked(); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return tx.Tx.SendBatch(ctx, b)
+}
+
+func (tx *tenantTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	if err := tx.revoked(); err != nil {
+		return 0, err
+	}
+	n, err := tx.Tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	return n, tx.h.guard.wrap(err)
+}
+
+func (tx *tenantTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := tx.revoked(); err != nil {
+		return nil, err
+	}
+	return tx.Tx.Prepare(ctx, name, sql)
+}
+
+func (tx *tenantTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := tx.revoked(); err != nil {
+		return nil, err
+	}
+	return tx.Tx.Begin(ctx)
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -88,7 +89,7 @@ func TestAdmissionSpansAndMetricsForEveryOutcome(t *testing.T) {
 	// Waits under the cap, then is served: its tenant wait is measured.
 	waiterCtx, waiterSpan := e.root(context.Background())
 	waiter := acquireAsync(waiterCtx, g, "a")
-	eventually(t, "a's second request waits", tenantWaiting(g, "a", 1))
+	tenantdbtest.Eventually(t, probeTimeout, "a's second request waits", tenantWaiting(g, "a", 1))
 
 	// Rejected at once: the queue (MaxWaiting 1) is full.
 	_, err := g.Acquire(ctx, "a")
@@ -124,7 +125,7 @@ func TestAdmissionSpansAndMetricsForEveryOutcome(t *testing.T) {
 	b := mustAcquire(t, ctx, g, "b")
 	cctx, cancel := context.WithCancel(ctx)
 	c := acquireAsync(cctx, g, "c")
-	eventually(t, "c waits for global capacity", tenantWaiting(g, "c", 1))
+	tenantdbtest.Eventually(t, probeTimeout, "c waits for global capacity", tenantWaiting(g, "c", 1))
 	cancel()
 	if r := recv(t, c); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled: %v", r.err)

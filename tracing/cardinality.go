@@ -56,9 +56,9 @@ func ByTenant(limit int) Cardinality {
 	return Cardinality{by: byTenant, limit: limit}
 }
 
-// ByPlan labels series with the tenant's plan (PlanKey) instead of the tenant:
-// the seed's "tenant tier, if cardinality is a concern". Bound: the number
-// of plans, which the operator, not the tenants, controls.
+// ByPlan labels series with the tenant's plan (PlanKey) instead of the
+// tenant, for services with too many tenants to label each. Bound: the
+// number of plans, which the operator, not the tenants, controls.
 func ByPlan() Cardinality { return Cardinality{by: byPlan} }
 
 // TopTenants labels the n busiest tenants, by connections in use plus

@@ -1,8 +1,9 @@
 // Package tracing is tenantdb's OpenTelemetry instrumentation: spans for
-// admissions and queries, per-tenant and connection-pool metrics, leak
-// detection, and the setup that gets them to a backend: [StartOTLP] (spans
-// and metrics over OTLP), [SetupOTLP] (spans only, for Jaeger) and
-// [NewPrometheusExporter] (metrics for Prometheus to scrape).
+// admissions and queries, per-tenant and connection-pool metrics, and leak
+// detection. Like otelpgx and otelhttp it depends on the OpenTelemetry API
+// only: the program brings the providers (otel's global ones by default).
+// Package [github.com/tenantdb/tenantdb/tracing/otelsetup] sets them up:
+// OTLP export of spans and metrics, or metrics for Prometheus to scrape.
 //
 // One [Tracer] serves one pool. Give it to tenantdb as Config.Tracer: it
 // observes every admission through the pool's hooks, and tenantdb chains it

@@ -173,6 +173,10 @@ func mustAcquire(t testing.TB, ctx context.Context, g *pool.Gate, id string) poo
 	return p
 }
 
+// probeTimeout bounds a test's wait for the Gate's state (a waiter queued,
+// a result delivered); it matters only when the test fails.
+const probeTimeout = 20 * time.Second
+
 type result struct {
 	p   pool.Permit
 	err error
@@ -192,22 +196,9 @@ func recv(t testing.TB, ch <-chan result) result {
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no result after 20s")
+	case <-time.After(probeTimeout):
+		t.Fatalf("no result after %v", probeTimeout)
 		return result{}
-	}
-}
-
-// eventually polls a probe until it holds: tests synchronise on the Gate's
-// state, never on sleeps.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
 }
 

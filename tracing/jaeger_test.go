@@ -17,6 +17,7 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
+	"github.com/tenantdb/tenantdb/tracing/otelsetup"
 )
 
 // jaegerSpan is a span as Jaeger's query API returns it.
@@ -74,21 +75,19 @@ func jaegerSpans(ctx context.Context, queryURL, service string) ([]jaegerSpan, e
 // minute has passed: export and indexing are asynchronous.
 func pollJaeger(t *testing.T, queryURL, service string, done func([]jaegerSpan) error) []jaegerSpan {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		spans, err := jaegerSpans(ctx, queryURL, service)
-		cancel()
-		if err == nil {
-			if err = done(spans); err == nil {
-				return spans
-			}
+	var spans []jaegerSpan
+	tenantdbtest.EventuallyNoError(t, time.Minute, fmt.Sprintf("Jaeger at %s has the spans of %s", queryURL, service), func(ctx context.Context) error {
+		got, err := jaegerSpans(ctx, queryURL, service)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Jaeger at %s, service %s: %v", queryURL, service, err)
+		if err := done(got); err != nil {
+			return err
 		}
-		time.Sleep(200 * time.Millisecond) // polling an external system, not synchronising with our code
-	}
+		spans = got
+		return nil
+	})
+	return spans
 }
 
 func byTenant(spans []jaegerSpan, op, tenant string) []jaegerSpan {
@@ -101,20 +100,23 @@ func byTenant(spans []jaegerSpan, op, tenant string) []jaegerSpan {
 	return out
 }
 
-func exportTo(t *testing.T, cfg tracing.OTLPConfig) *sdktrace.TracerProvider {
+// exportTo returns a TracerProvider that sends spans (only: Jaeger takes
+// no metrics) as cfg says, flushed when the test ends.
+func exportTo(t *testing.T, cfg otelsetup.OTLPConfig) *sdktrace.TracerProvider {
 	t.Helper()
-	tp, shutdown, err := tracing.SetupOTLP(context.Background(), cfg)
+	cfg.NoMetrics = true
+	o, err := otelsetup.StartOTLP(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("SetupOTLP: %v", err)
+		t.Fatalf("StartOTLP: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := shutdown(ctx); err != nil {
+		if err := o.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return tp
+	return o.TracerProvider
 }
 
 // TestJaegerShowsNoisyTenantWaitingAndQuietTenantNot runs a flooding tenant
@@ -126,7 +128,7 @@ func exportTo(t *testing.T, cfg tracing.OTLPConfig) *sdktrace.TracerProvider {
 func TestJaegerShowsNoisyTenantWaitingAndQuietTenantNot(t *testing.T) {
 	j := tenantdbtest.StartJaeger(t)
 	service := fmt.Sprintf("tenantdb-tracing-test-%d", time.Now().UnixNano())
-	tp := exportTo(t, tracing.OTLPConfig{Endpoint: j.OTLPGRPCEndpoint, Protocol: tracing.ProtocolGRPC, ServiceName: service})
+	tp := exportTo(t, otelsetup.OTLPConfig{Endpoint: j.OTLPGRPCEndpoint, Protocol: otelsetup.ProtocolGRPC, ServiceName: service})
 	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(noop.NewMeterProvider()))
 	p := newTracedPool(t, tr, nil, 4, tenantdb.Config{
 		Plans: map[string]tenantdb.Plan{
@@ -162,7 +164,7 @@ func TestJaegerShowsNoisyTenantWaitingAndQuietTenantNot(t *testing.T) {
 	for range flood {
 		wg.Go(func() { errs <- request("noisy", "select pg_sleep(0.05)") })
 	}
-	eventually(t, "the flood is queued and rejected", func() bool {
+	tenantdbtest.Eventually(t, probeTimeout, "the flood is queued and rejected", func() bool {
 		s := p.TenantStat("noisy")
 		return s.Waiting == 2 && s.Rejected == flood-2
 	})
@@ -252,7 +254,7 @@ func TestJaegerShowsNoisyTenantWaitingAndQuietTenantNot(t *testing.T) {
 
 	t.Run("OTLP over HTTP", func(t *testing.T) {
 		service := service + "-http"
-		tp := exportTo(t, tracing.OTLPConfig{Endpoint: j.OTLPHTTPEndpoint, Protocol: tracing.ProtocolHTTP, ServiceName: service})
+		tp := exportTo(t, otelsetup.OTLPConfig{Endpoint: j.OTLPHTTPEndpoint, Protocol: otelsetup.ProtocolHTTP, ServiceName: service})
 		tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(noop.NewMeterProvider()))
 		p := newTracedPool(t, tr, nil, 2, tenantdb.Config{})
 		ctx, span := tp.Tracer("app").Start(tenantdb.WithTenant(context.Background(), "quiet"), "handle quiet")

@@ -9,6 +9,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -27,7 +28,7 @@ func TestObserveGateReportsPoolAndTenantGauges(t *testing.T) {
 	ctx := context.Background()
 	a1, a2 := mustAcquire(t, ctx, g, "a"), mustAcquire(t, ctx, g, "a")
 	waiter := acquireAsync(ctx, g, "a")
-	eventually(t, "a waits", tenantWaiting(g, "a", 1))
+	tenantdbtest.Eventually(t, probeTimeout, "a waits", tenantWaiting(g, "a", 1))
 
 	rm := e.collect(t)
 	poolAttr := semconv.DBClientConnectionPoolName("tenantdb")

@@ -2,189 +2,86 @@ package tracing_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
+	"github.com/tenantdb/tenantdb/tracing/otelsetup"
 )
 
-// TestSetupOTLPHTTPToLoopbackWithoutTLS sends a span to an in-process
-// OTLP/HTTP receiver given as host:port on loopback: it must arrive in clear
-// text at /v1/traces with the configured headers, with no Insecure setting.
-func TestSetupOTLPHTTPToLoopbackWithoutTLS(t *testing.T) {
-	var (
-		mu    sync.Mutex
-		paths []string
-		keys  []string
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		paths = append(paths, r.URL.Path)
-		keys = append(keys, r.Header.Get("X-Api-Key"))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
+// TestStartOTLPReachesJaegerAndPrometheus sends both signals of StartOTLP,
+// over gRPC and HTTP, to a real OpenTelemetry Collector (the one inside
+// Jaeger v2: spans to Jaeger's storage, metrics to the Collector's
+// prometheus exporter) and reads them back: the spans from Jaeger's query
+// API, the per-tenant metrics and db.client.operation.duration from a real
+// Prometheus scraping the Collector, under the same names that
+// NewPrometheusExporter gives them, so the shipped rules serve both paths.
+func TestStartOTLPReachesJaegerAndPrometheus(t *testing.T) {
+	j := tenantdbtest.StartJaeger(t, tenantdbtest.WithJaegerPrometheusExporter())
+	prom := tenantdbtest.StartPrometheus(t, j.MetricsEndpoint)
+	for _, protocol := range []string{otelsetup.ProtocolGRPC, otelsetup.ProtocolHTTP} {
+		t.Run(protocol, func(t *testing.T) {
+			endpoint := j.OTLPGRPCEndpoint
+			if protocol == otelsetup.ProtocolHTTP {
+				endpoint = "http://" + j.OTLPHTTPEndpoint // a URL without a path: /v1/traces and /v1/metrics
+			}
+			service := fmt.Sprintf("tenantdb-otlp-%s-%d", protocol[:4], time.Now().UnixNano())
+			o, err := otelsetup.StartOTLP(context.Background(), otelsetup.OTLPConfig{
+				Endpoint: endpoint, Protocol: protocol, ServiceName: service, MetricInterval: 200 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = o.Shutdown(context.Background()) })
+			pool := "otlp-" + protocol[:4]
+			tr := tracing.New(append(o.Options(), tracing.WithPoolName(pool), tracing.WithCardinality(tracing.ByTenant(10)))...)
+			p := newTracedPool(t, tr, nil, 2, tenantdb.Config{
+				Plans: map[string]tenantdb.Plan{"free": {MaxConns: 1}},
+			})
 
-	tp, shutdown, err := tracing.SetupOTLP(context.Background(), tracing.OTLPConfig{
-		Endpoint: strings.TrimPrefix(srv.URL, "http://"), Protocol: "http", ServiceName: "svc",
-		Headers: map[string]string{"X-Api-Key": "k"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, span := tp.Tracer("test").Start(context.Background(), "op")
-	span.End()
-	if err := shutdown(context.Background()); err != nil { // flushes
-		t.Fatalf("shutdown: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(paths) != 1 || paths[0] != "/v1/traces" || keys[0] != "k" {
-		t.Fatalf("receiver got %v with keys %v", paths, keys)
-	}
-}
+			// One traced query while another holds the tenant's only
+			// connection: a span for Jaeger, a rejection and durations
+			// for Prometheus.
+			ctx, root := o.TracerProvider.Tracer("test").Start(tenantdb.WithTenant(context.Background(), "noisy"), "request")
+			conn, err := p.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Exec(ctx, "select 1"); !errors.Is(err, tenantdb.ErrOverLimit) {
+				t.Fatalf("second connection of a tenant capped at one: %v", err)
+			}
+			if _, err := conn.Exec(ctx, "select 1"); err != nil {
+				t.Fatal(err)
+			}
+			conn.Release()
+			root.End()
 
-func TestSetupOTLPRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []tracing.OTLPConfig{
-		{Protocol: "thrift"},
-		{Endpoint: "no-port"},
-	} {
-		if _, _, err := tracing.SetupOTLP(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tracing: ") {
-			t.Errorf("SetupOTLP(%+v): %v", cfg, err)
-		}
-	}
-}
-
-// TestStartOTLPExportsMetricsToo sends a span and a metric to an in-process
-// OTLP/HTTP receiver given as a URL: spans must reach /v1/traces and
-// metrics /v1/metrics, and Shutdown must flush both.
-func TestStartOTLPExportsMetricsToo(t *testing.T) {
-	var (
-		mu    sync.Mutex
-		paths = map[string]int{}
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		paths[r.URL.Path]++
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
-
-	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{
-		Endpoint: srv.URL, Protocol: "http", ServiceName: "svc", MetricInterval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(o.Options()) != 2 {
-		t.Fatalf("Options: %d, want a tracer and a meter provider", len(o.Options()))
-	}
-	_, span := o.TracerProvider.Tracer("test").Start(context.Background(), "op")
-	span.End()
-	c, err := o.MeterProvider.Meter("test").Int64Counter("c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Add(context.Background(), 1)
-	if err := o.Shutdown(context.Background()); err != nil { // flushes both
-		t.Fatalf("shutdown: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if paths["/v1/traces"] != 1 || paths["/v1/metrics"] != 1 || len(paths) != 2 {
-		t.Fatalf("receiver got %v, want one export each to /v1/traces and /v1/metrics", paths)
-	}
-}
-
-// TestStartOTLPEitherSignalOff: NoTraces and NoMetrics leave the provider
-// nil, and turning both off is an error rather than a setup that does nothing.
-func TestStartOTLPEitherSignalOff(t *testing.T) {
-	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{NoTraces: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.TracerProvider != nil || o.MeterProvider == nil {
-		t.Errorf("NoTraces: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
-	}
-	shutdownNow(o)
-	o, err = tracing.StartOTLP(context.Background(), tracing.OTLPConfig{NoMetrics: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.TracerProvider == nil || o.MeterProvider != nil {
-		t.Errorf("NoMetrics: tracer %v, meter %v", o.TracerProvider, o.MeterProvider)
-	}
-	shutdownNow(o)
-	// gRPC has no paths: a URL's is no reason to fail.
-	o, err = tracing.StartOTLP(context.Background(), tracing.OTLPConfig{Endpoint: "http://collector:4317/any"})
-	if err != nil {
-		t.Errorf("gRPC URL with a path: %v", err)
-	} else {
-		shutdownNow(o)
-	}
-	for _, cfg := range []tracing.OTLPConfig{
-		{NoTraces: true, NoMetrics: true},
-		{MetricInterval: -time.Second},
-		{Endpoint: "http://collector:4318/custom", Protocol: "http"}, // metrics path unknown
-		{Protocol: "thrift"},
-	} {
-		if _, err := tracing.StartOTLP(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), "tracing: ") {
-			t.Errorf("StartOTLP(%+v): %v", cfg, err)
-		}
-	}
-}
-
-// shutdownNow stops o without waiting for the exports to a collector that
-// is not there.
-func shutdownNow(o *tracing.OTLP) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	_ = o.Shutdown(ctx)
-}
-
-// TestStartOTLPMetricsEndpointFromEnvironment: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT
-// sends metrics elsewhere than OTLPConfig.Endpoint, which still takes the spans.
-func TestStartOTLPMetricsEndpointFromEnvironment(t *testing.T) {
-	var (
-		mu  sync.Mutex
-		got = map[string][]string{}
-	)
-	receiver := func(name string) *httptest.Server {
-		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			got[name] = append(got[name], r.URL.Path)
-			mu.Unlock()
-			w.Header().Set("Content-Type", "application/x-protobuf")
-			w.WriteHeader(http.StatusOK)
-		}))
-	}
-	spans, metrics := receiver("spans"), receiver("metrics")
-	defer spans.Close()
-	defer metrics.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.URL+"/v1/metrics")
-
-	o, err := tracing.StartOTLP(context.Background(), tracing.OTLPConfig{Endpoint: spans.URL, Protocol: "http"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, span := o.TracerProvider.Tracer("test").Start(context.Background(), "op")
-	span.End()
-	c, _ := o.MeterProvider.Meter("test").Int64Counter("c")
-	c.Add(context.Background(), 1)
-	if err := o.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got["spans"]) != 1 || got["spans"][0] != "/v1/traces" || len(got["metrics"]) != 1 || got["metrics"][0] != "/v1/metrics" {
-		t.Errorf("exports: %v", got)
+			pollJaeger(t, j.QueryURL, service, func(spans []jaegerSpan) error {
+				if len(byTenant(spans, tracing.AcquireSpanName, "noisy")) != 2 {
+					return fmt.Errorf("%d spans, want both admission spans of noisy", len(spans))
+				}
+				return nil
+			})
+			tenantdbtest.EventuallyNoError(t, 60*time.Second, "the OTLP metrics in Prometheus", func(ctx context.Context) error {
+				for _, expr := range []string{
+					fmt.Sprintf(`tenantdb_tenant_connection_rejections_total{db_client_connection_pool_name=%q,tenantdb_tenant_id="noisy",tenantdb_outcome="rejected"}`, pool),
+					fmt.Sprintf(`tenantdb_tenant_connection_use_time_seconds_count{db_client_connection_pool_name=%q,tenantdb_tenant_id="noisy"}`, pool),
+					fmt.Sprintf(`db_client_operation_duration_seconds_count{exported_job=%q,db_operation_name="SELECT",db_system_name="postgresql"}`, service),
+				} {
+					s, err := prom.Query(ctx, expr)
+					if err != nil {
+						return err
+					}
+					if len(s) != 1 || s[0].Value != 1 {
+						return fmt.Errorf("%s: %v, want one series of 1", expr, s)
+					}
+				}
+				return nil
+			})
+		})
 	}
 }

@@ -13,18 +13,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
+	"github.com/tenantdb/tenantdb/tracing/otelsetup"
 )
 
 // promEnv is a tenantdb pool on real PostgreSQL whose Tracer's metrics are
 // served for Prometheus by a PrometheusExporter on this process's loopback.
 type promEnv struct {
-	pe      *tracing.PrometheusExporter
+	pe      *otelsetup.PrometheusExporter
 	p       *tenantdb.Pool
 	metrics *httptest.Server
 }
@@ -33,7 +32,7 @@ const promPool = "orders"
 
 func newPromEnv(t *testing.T) *promEnv {
 	t.Helper()
-	pe, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{})
+	pe, err := otelsetup.NewPrometheusExporter(otelsetup.PrometheusConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +192,7 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 	// Wait until every rule has been evaluated cleanly over data with a
 	// rate in it: two scrapes of the noisy tenant's growing rejections.
 	var rules []tenantdbtest.RuleHealth
-	pollUntil(t, 90*time.Second, "rules evaluated over the noisy tenant's rejections", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 90*time.Second, "rules evaluated over the noisy tenant's rejections", func(ctx context.Context) error {
 		var err error
 		if rules, err = prom.Rules(ctx); err != nil {
 			return err
@@ -283,7 +282,7 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 
 	// The alert group is evaluated after the recording rules it reads: its
 	// first evaluation may precede their first data.
-	pollUntil(t, 30*time.Second, "TenantdbTenantRejected for noisy and TenantdbAdmissionSlow for queued, pending or firing", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "TenantdbTenantRejected for noisy and TenantdbAdmissionSlow for queued, pending or firing", func(ctx context.Context) error {
 		alerts, err := prom.Alerts(ctx)
 		if err != nil {
 			return err
@@ -304,67 +303,4 @@ func TestPrometheusShippedRulesAndDashboard(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// pollUntil calls f until it succeeds or timeout passes, failing t then.
-func pollUntil(t *testing.T, timeout time.Duration, what string, f func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := f(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// TestPrometheusExporterRegistries: exporters get registries of their own by
-// default, so two coexist and each serves its own Tracer's metrics; a given
-// registry is where the metrics go.
-func TestPrometheusExporterRegistries(t *testing.T) {
-	a, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Shutdown(context.Background())
-	b, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{})
-	if err != nil {
-		t.Fatalf("a second exporter: %v", err)
-	}
-	defer b.Shutdown(context.Background())
-
-	reg := prometheus.NewRegistry()
-	c, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown(context.Background())
-	tc := tracing.New(tracing.WithMeterProvider(c.MeterProvider()), tracing.WithPoolName("given-registry"))
-	gc := newGate(t, tc, pool.Config{Capacity: 1, Plans: map[string]pool.Plan{"p": {MaxConns: 1}}})
-	mustAcquire(t, context.Background(), gc, "t").Release()
-	if mfs, err := reg.Gather(); err != nil || len(mfs) == 0 {
-		t.Errorf("the given registry gathers %d families, %v", len(mfs), err)
-	}
-
-	// What one Tracer records is served by its exporter's handler only.
-	tr := tracing.New(tracing.WithMeterProvider(a.MeterProvider()), tracing.WithPoolName("only-a"))
-	g := newGate(t, tr, pool.Config{Capacity: 1, Plans: map[string]pool.Plan{"p": {MaxConns: 1}}})
-	mustAcquire(t, context.Background(), g, "t").Release()
-	body := func(e *tracing.PrometheusExporter) string {
-		rec := httptest.NewRecorder()
-		e.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return rec.Body.String()
-	}
-	if !strings.Contains(body(a), `db_client_connection_use_time_seconds_count{db_client_connection_pool_name="only-a"`) {
-		t.Errorf("exporter a does not serve its Tracer's use time:\n%s", body(a))
-	}
-	if strings.Contains(body(b), "only-a") {
-		t.Errorf("exporter b serves a's metrics")
-	}
 }

@@ -352,8 +352,9 @@ func (ci *connInfo) startCall(c *call, op string) {
 	*c = call{start: time.Now(), op: op}
 }
 
-// endCall records db.client.operation.duration for the call that which
-// picks out of the connection's state, if its start was timed. Attributes are
+// endCall records db.client.operation.duration for one call on conn, the
+// one that which picks out of the connection's state (query, batch or copy),
+// if startCall timed it. Attributes are
 // the semantic conventions': the connection's (db.system.name, db.namespace,
 // server.address, server.port), db.operation.name when the SQL starts with a
 // keyword, and on failure error.type and, for a PostgreSQL error,

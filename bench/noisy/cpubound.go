@@ -59,7 +59,7 @@ func (env *environment) cpuPostgres(ctx context.Context) (*tenantdbtest.Postgres
 		tenantdbtest.WithSetting("max_parallel_workers_per_gather", "0"), // one query, one backend, one core's work
 		tenantdbtest.WithSetting("jit", "off"))
 	if err != nil {
-		return nil, err
+		return nil, reaperHint(err)
 	}
 	env.cpuPG = pg
 	env.closers = append(env.closers, func() { pg.Terminate(context.Background()) })

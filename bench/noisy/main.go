@@ -1,6 +1,7 @@
-// Command noisy reproduces the noisy-neighbour experiment of the guide tenantdb
-// grew from, on a real PostgreSQL: a noisy tenant sends 200 queries of 1 s at
-// once while a quiet tenant sends 50 queries of 20 ms spread over a second.
+// Command noisy runs the noisy-neighbour experiment on a real PostgreSQL:
+// with a shared pool of 20 connections and a per-tenant cap of 10, a noisy
+// tenant sends 200 queries of 1 s at once while a quiet tenant sends 50
+// queries of 20 ms spread over a second.
 // It runs them behind a raw shared pgxpool, behind tenantdb (queueing,
 // rejecting, and oversubscribed plans where the fair gate decides) and behind
 // PgBouncer, and writes a table and a chart of what each tenant saw.
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
@@ -27,7 +29,7 @@ import (
 func main() {
 	var opts options
 	flag.StringVar(&opts.dsn, "dsn", "", "PostgreSQL to use (default: start one in Docker with tenantdbtest)")
-	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = the guide's 1 s and 20 ms queries; 0.25 is four times faster")
+	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = queries of 1 s (noisy) and 20 ms (quiet); 0.25 is four times faster")
 	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
 	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
@@ -41,7 +43,8 @@ func main() {
 		log.Fatalf("-scale %v: want a number in (0, 10]", opts.scale)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	disableReaperUnlessAsked()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opts); err != nil {
 		log.Fatal(err)
@@ -57,14 +60,14 @@ type options struct {
 
 func run(ctx context.Context, opts options) error {
 	pg := &tenantdbtest.Postgres{DSN: opts.dsn}
-	if opts.dsn == "" {
+	if opts.dsn == "" && opts.needsPostgres() {
 		progress("starting PostgreSQL in Docker (tenantdbtest; -dsn uses an existing server)")
 		var err error
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		pg, err = tenantdbtest.RunPostgres(startCtx)
 		cancel()
 		if err != nil {
-			return err
+			return reaperHint(err)
 		}
 		defer pg.Terminate(context.Background())
 	}
@@ -111,6 +114,40 @@ func run(ctx context.Context, opts options) error {
 		progress("report written to %s", opts.out)
 	}
 	return nil
+}
+
+// disableReaperUnlessAsked turns off testcontainers' reaper (Ryuk) unless
+// TESTCONTAINERS_RYUK_DISABLED is set: its image comes from a registry, and
+// where none is reachable every container start fails. The command removes
+// its containers itself on every path but a kill (they are labelled
+// org.testcontainers=true); set the variable to false to have the reaper.
+func disableReaperUnlessAsked() {
+	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); set {
+		return
+	}
+	if err := os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true"); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// reaperHint says what to do when the reaper was asked for and could not
+// start, which is where no registry is reachable.
+func reaperHint(err error) error {
+	if strings.Contains(err.Error(), "reaper") {
+		return fmt.Errorf("%w (the reaper needs its image from a registry: run with TESTCONTAINERS_RYUK_DISABLED=true)", err)
+	}
+	return err
+}
+
+// needsPostgres reports whether a selected scenario queries PostgreSQL:
+// the http-* scenarios do not.
+func (o options) needsPostgres() bool {
+	for _, sc := range scenarios {
+		if o.selected(sc.name) && !strings.HasPrefix(sc.name, "http-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (o options) selected(name string) bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenantdb/tenantdb/tracing"
+	"github.com/tenantdb/tenantdb/tracing/otelsetup"
 )
 
 // otlpTracing sends the run's spans to an OTLP/gRPC endpoint (Jaeger's
@@ -16,16 +17,16 @@ import (
 // query starts a root span: in Jaeger, service "tenantdb-noisy", search by
 // the tag tenantdb.tenant.id=noisy or quiet.
 func otlpTracing(ctx context.Context, endpoint string) ([]tracing.Option, func(), error) {
-	tp, shutdown, err := tracing.SetupOTLP(ctx, tracing.OTLPConfig{
-		Endpoint: endpoint, Protocol: tracing.ProtocolGRPC, ServiceName: "tenantdb-noisy",
+	o, err := otelsetup.StartOTLP(ctx, otelsetup.OTLPConfig{
+		Endpoint: endpoint, Protocol: otelsetup.ProtocolGRPC, ServiceName: "tenantdb-noisy", NoMetrics: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("-otlp: %w", err)
 	}
-	return []tracing.Option{tracing.WithTracerProvider(tp), tracing.WithRootSpans()}, func() {
+	return append(o.Options(), tracing.WithRootSpans()), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := shutdown(ctx); err != nil {
+		if err := o.Shutdown(ctx); err != nil {
 			progress("flushing spans to %s: %v", endpoint, err)
 		}
 	}, nil
@@ -37,7 +38,7 @@ func otlpTracing(ctx context.Context, endpoint string) ([]tracing.Option, func()
 // db.client.operation.duration. tracing/prometheus/ has rules and a
 // dashboard for them.
 func serveMetrics(addr string) ([]tracing.Option, func(), error) {
-	pe, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{})
+	pe, err := otelsetup.NewPrometheusExporter(otelsetup.PrometheusConfig{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("-metrics: %w", err)
 	}

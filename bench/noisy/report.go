@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -14,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// markdownTable is the guide's table: per scenario and tenant, latency
+// markdownTable is the results table: per scenario and tenant, latency
 // percentiles, what completed and was rejected, and the makespan.
 func markdownTable(rs []result, scale float64) string {
 	var b strings.Builder
@@ -27,6 +28,14 @@ func markdownTable(rs []result, scale float64) string {
 			break
 		}
 	}
+	for _, r := range rs {
+		if strings.HasPrefix(r.Scenario, "http-") {
+			b.WriteString("HTTP scenarios (http-*): the same workload as HTTP requests from a real client over loopback, " +
+				"through poolhttp.Middleware to a handler that sleeps for the request's duration (no database); " +
+				"a rejection is a 429 with a valid Retry-After. http-shared puts every request in one bucket of 20.\n\n")
+			break
+		}
+	}
 	b.WriteString("| scenario | tenant | p50 | p99 | max | completed | rejected | makespan |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
@@ -34,7 +43,10 @@ func markdownTable(rs []result, scale float64) string {
 			continue
 		}
 		rejected := fmt.Sprint(r.Rejected)
-		if r.Rejected > 0 {
+		switch {
+		case r.Rejected > 0 && r.MaxRejectServer > 0:
+			rejected += fmt.Sprintf(" 429s (each in ≤ %s in the server, ≤ %s at the client)", fmtDur(r.MaxRejectServer), fmtDur(r.MaxReject))
+		case r.Rejected > 0:
 			rejected += fmt.Sprintf(" (each in ≤ %s)", fmtDur(r.MaxReject))
 		}
 		if r.Errors > 0 {
@@ -98,7 +110,7 @@ func targets(rs []result, scale float64) string {
 		}
 		fmt.Fprintf(&b, "- %s: %s\n", mark, fmt.Sprintf(format, args...))
 	}
-	for _, sc := range []string{"queue", "reject", "queue-adaptive", "reject-adaptive", "fair-adaptive"} {
+	for _, sc := range []string{"queue", "reject", "queue-adaptive", "reject-adaptive", "fair-adaptive", "http-queue", "http-reject"} {
 		q, ok1 := find(rs, sc, "quiet")
 		u, ok2 := find(rs, sc, "quiet-unloaded")
 		if !ok1 || !ok2 || u.P50 == 0 {
@@ -108,7 +120,20 @@ func targets(rs []result, scale float64) string {
 		check(q.P99 <= 1.2*u.P99, "%s: quiet p99 %.2fx unloaded (target ≤ 1.2x)", sc, q.P99/u.P99)
 	}
 	if q, ok := find(rs, "shared", "quiet"); ok {
-		fmt.Fprintf(&b, "- shared: quiet p50 %s (the guide: 9,558 ms at scale 1)\n", fmtDur(q.P50))
+		fmt.Fprintf(&b, "- shared: quiet p50 %s (about 9.5 s at scale 1: behind ten rounds of the noisy tenant's queries)\n", fmtDur(q.P50))
+	}
+	if q, ok := find(rs, "http-shared", "quiet"); ok {
+		fmt.Fprintf(&b, "- http-shared: quiet p50 %s (the guide: 9,558 ms at scale 1)\n", fmtDur(q.P50))
+	}
+	if n, ok := find(rs, "http-queue", "noisy"); ok {
+		ideal := 200 * 1000 * scale / perTenantCap
+		check(n.Completed == 200 && n.Makespan <= 1.1*ideal,
+			"http-queue: noisy completed %d/200 in %s, %.3fx the ideal %s (target all, ≤ 1.1x)", n.Completed, fmtDur(n.Makespan), n.Makespan/ideal, fmtDur(ideal))
+	}
+	if n, ok := find(rs, "http-reject", "noisy"); ok {
+		check(n.Completed == perTenantCap && n.Rejected == 200-perTenantCap && n.Errors == 0 && n.MaxRejectServer <= 5,
+			"http-reject: %d served, %d answered 429 with Retry-After, slowest 429 %s in the server (target 10, 190, ≤ 5 ms); %s at the client",
+			n.Completed, n.Rejected, fmtDur(n.MaxRejectServer), fmtDur(n.MaxReject))
 	}
 	if n, ok := find(rs, "queue", "noisy"); ok {
 		ideal := 200 * 1000 * scale / perTenantCap
@@ -173,7 +198,7 @@ func writeReport(dir string, rs []result, scale float64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scaleFlag(scale) + " -out " + dir + "`.\n" +
+	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scenariosFlag(rs) + scaleFlag(scale) + " -out " + dir + "`.\n" +
 		markdownTable(rs, scale) + targets(rs, scale) + "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
 	if err := os.WriteFile(filepath.Join(dir, "noisy.md"), []byte(md), 0o644); err != nil {
 		return err
@@ -186,6 +211,21 @@ func writeReport(dir string, rs []result, scale float64) error {
 		return err
 	}
 	return chart(filepath.Join(dir, "quiet_p50.png"), rs, scale)
+}
+
+// scenariosFlag is the -scenarios flag that selects the scenarios of rs,
+// empty when rs has them all.
+func scenariosFlag(rs []result) string {
+	var names []string
+	for _, r := range rs {
+		if !slices.Contains(names, r.Scenario) {
+			names = append(names, r.Scenario)
+		}
+	}
+	if len(names) == len(scenarios) {
+		return ""
+	}
+	return " -scenarios " + strings.Join(names, ",")
 }
 
 func scaleFlag(scale float64) string {

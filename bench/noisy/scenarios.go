@@ -13,8 +13,8 @@ import (
 )
 
 const (
-	sharedConns  = 20 // the guide's shared limit
-	perTenantCap = 10 // the guide's per-tenant limit
+	sharedConns  = 20 // the shared pool's MaxConns
+	perTenantCap = 10 // each tenant's cap behind tenantdb
 )
 
 type scenario struct {
@@ -36,6 +36,9 @@ var scenarios = []scenario{
 	{"cpu-static10", "CPU-bound noisy scans on a one-CPU PostgreSQL, static cap 10", runCPUBound(perTenantCap, false)},
 	{"cpu-static2", "as cpu-static10, static cap 2", runCPUBound(2, false)},
 	{"cpu-adaptive", "as cpu-static10, with adaptive limits", runCPUBound(perTenantCap, true)},
+	{"http-shared", "HTTP through poolhttp.Middleware on loopback, every request in one bucket of 20: the shared limit alone", runHTTP(httpShared)},
+	{"http-queue", "HTTP through poolhttp.Middleware, 10 per tenant, a queue large enough for the burst", runHTTP(httpQueue)},
+	{"http-reject", "HTTP through poolhttp.Middleware, 10 per tenant, excess answered 429 with Retry-After", runHTTP(httpReject)},
 }
 
 // adaptive turns adaptive limits on in a scenario's configuration.

@@ -78,7 +78,7 @@ func WithJaegerPrometheusExporter() JaegerOption {
 // jaegerMetricsYAML is the configuration of WithJaegerPrometheusExporter:
 // testdata/images/jaeger/config.yaml's, plus metrics from OTLP to the
 // prometheus exporter. Metric names keep their unit and type suffixes, as
-// tracing.NewPrometheusExporter's do, so that the same PromQL serves both.
+// otelsetup.NewPrometheusExporter's do, so that the same PromQL serves both.
 const jaegerMetricsYAML = `service:
   extensions: [jaeger_storage, jaeger_query, healthcheckv2]
   pipelines:

@@ -89,10 +89,10 @@ func TestJaegerAcceptsOTLPAndReturnsSpans(t *testing.T) {
 	}
 	sendSpan(t, grpcExp, "tenantdbtest-grpc", "op-over-grpc")
 
-	eventually(t, 30*time.Second, "span sent over OTLP/HTTP", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "span sent over OTLP/HTTP", func(ctx context.Context) error {
 		return findOperation(ctx, j.QueryURL, "tenantdbtest-http", "op-over-http")
 	})
-	eventually(t, 30*time.Second, "span sent over OTLP/gRPC", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "span sent over OTLP/gRPC", func(ctx context.Context) error {
 		return findOperation(ctx, j.QueryURL, "tenantdbtest-grpc", "op-over-grpc")
 	})
 }

@@ -52,7 +52,8 @@ type Postgres struct {
 	// do not cover; nil for an existing server.
 	Container *tcpostgres.PostgresContainer
 
-	term terminator
+	server // Stop, Start, Restart, Pause, Unpause
+	term   terminator
 }
 
 type postgresConfig struct {
@@ -170,7 +171,7 @@ func RunPostgres(ctx context.Context, opts ...PostgresOption) (*Postgres, error)
 }
 
 func existingPostgres(dsn string) *Postgres {
-	p := &Postgres{DSN: dsn}
+	p := &Postgres{DSN: dsn, server: postgresServer(nil)}
 	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
 		p.Addr = u.Host
 		p.User = u.User.Username()
@@ -257,6 +258,7 @@ func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) 
 		Database:  cfg.database,
 		Image:     image,
 		Container: ctr,
+		server:    postgresServer(ctr),
 	}
 	if err != nil {
 		return p, fmt.Errorf("tenantdbtest: start PostgreSQL from %s: %w%s", image, err,
@@ -301,63 +303,6 @@ func postgresWaitStrategies(cfg postgresConfig) []wait.Strategy {
 	}
 }
 
-// Stop stops the container (a fast shutdown: open transactions are rolled
-// back and clients disconnected), keeping its data and host port; connections
-// fail until Start. ctx governs the Docker request.
-func (p *Postgres) Stop(ctx context.Context) error {
-	if p.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, postgresDSNEnv)
-	}
-	if err := p.Container.Stop(ctx, nil); err != nil {
-		return fmt.Errorf("tenantdbtest: stop PostgreSQL: %w", err)
-	}
-	return nil
-}
-
-// Start starts a stopped container again and waits until the server accepts
-// connections at the same DSN; ctx governs the start and the wait.
-func (p *Postgres) Start(ctx context.Context) error {
-	if p.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, postgresDSNEnv)
-	}
-	if err := p.Container.Start(ctx); err != nil {
-		return fmt.Errorf("tenantdbtest: start PostgreSQL again: %w", err)
-	}
-	return nil
-}
-
-// Restart is Stop followed by Start: every open connection breaks, and the
-// server accepts new ones at the same DSN when Restart returns.
-func (p *Postgres) Restart(ctx context.Context) error {
-	if err := p.Stop(ctx); err != nil {
-		return err
-	}
-	return p.Start(ctx)
-}
-
-// Pause freezes the server's processes: connections stay open but get no
-// answers, like a hung server or a dropped network, until Unpause.
-func (p *Postgres) Pause(ctx context.Context) error {
-	if p.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, postgresDSNEnv)
-	}
-	if err := setPaused(ctx, p.Container, true); err != nil {
-		return fmt.Errorf("tenantdbtest: pause PostgreSQL: %w", err)
-	}
-	return nil
-}
-
-// Unpause lets a paused server go on.
-func (p *Postgres) Unpause(ctx context.Context) error {
-	if p.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, postgresDSNEnv)
-	}
-	if err := setPaused(ctx, p.Container, false); err != nil {
-		return fmt.Errorf("tenantdbtest: unpause PostgreSQL: %w", err)
-	}
-	return nil
-}
-
 // Terminate stops and removes the container and its data; ctx governs the
 // Docker requests. It does nothing for an existing server, and only the
 // first call does anything. StartPostgres arranges it through t.Cleanup;
@@ -367,4 +312,14 @@ func (p *Postgres) Terminate(ctx context.Context) error {
 		return nil
 	}
 	return p.term.do(ctx, p.Container, "PostgreSQL")
+}
+
+// postgresServer is the fault injection of c, or of an existing server when
+// c is nil.
+func postgresServer(c *tcpostgres.PostgresContainer) server {
+	s := server{what: "PostgreSQL", envVar: postgresDSNEnv}
+	if c != nil {
+		s.container = c
+	}
+	return s
 }

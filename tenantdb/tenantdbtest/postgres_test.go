@@ -15,25 +15,6 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
-// eventually calls f until it succeeds or the deadline passes, for servers
-// that come back after a restart: it synchronises on the server's answer,
-// not on a sleep.
-func eventually(t *testing.T, timeout time.Duration, what string, f func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		err = f(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-}
-
 func TestPostgresAnswersAndAppliesOptions(t *testing.T) {
 	t.Parallel()
 	pg := tenantdbtest.StartPostgres(t,
@@ -50,7 +31,7 @@ func TestPostgresAnswersAndAppliesOptions(t *testing.T) {
 	}
 
 	var conn *pgx.Conn
-	eventually(t, 30*time.Second, "connect", func(ctx context.Context) (err error) {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "connect", func(ctx context.Context) (err error) {
 		conn, err = pgx.Connect(ctx, pg.DSN)
 		return err
 	})
@@ -81,7 +62,7 @@ func TestPostgresDefaultsAllowManyConnections(t *testing.T) {
 	t.Parallel()
 	pg := tenantdbtest.StartPostgres(t)
 	var conn *pgx.Conn
-	eventually(t, 30*time.Second, "connect", func(ctx context.Context) (err error) {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "connect", func(ctx context.Context) (err error) {
 		conn, err = pgx.Connect(ctx, pg.DSN)
 		return err
 	})
@@ -105,7 +86,7 @@ func TestPostgresSurvivesStopStartWithSameDSN(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	eventually(t, 30*time.Second, "create table", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "create table", func(ctx context.Context) error {
 		_, err := pool.Exec(ctx, "create table if not exists kept (v text); insert into kept values ('before restart')")
 		return err
 	})
@@ -136,7 +117,7 @@ func TestPostgresSurvivesStopStartWithSameDSN(t *testing.T) {
 	// The pool made before the restart recovers on its own: broken
 	// connections are dropped and new ones dialled at the same DSN.
 	var v string
-	eventually(t, 30*time.Second, "query after restart", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "query after restart", func(ctx context.Context) error {
 		return pool.QueryRow(ctx, "select v from kept").Scan(&v)
 	})
 	if v != "before restart" {
@@ -152,7 +133,7 @@ func TestPostgresPauseHangsClientsUntilUnpause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	eventually(t, 30*time.Second, "ping", func(ctx context.Context) error { return pool.Ping(ctx) })
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "ping", func(ctx context.Context) error { return pool.Ping(ctx) })
 
 	if err := pg.Pause(t.Context()); err != nil {
 		t.Fatalf("Pause: %v", err)
@@ -166,7 +147,7 @@ func TestPostgresPauseHangsClientsUntilUnpause(t *testing.T) {
 	if err := pg.Unpause(t.Context()); err != nil {
 		t.Fatalf("Unpause: %v", err)
 	}
-	eventually(t, 30*time.Second, "query after unpause", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "query after unpause", func(ctx context.Context) error {
 		_, err := pool.Exec(ctx, "select 1")
 		return err
 	})

@@ -42,7 +42,7 @@ func TestPrometheusScrapesThisProcess(t *testing.T) {
 		Targets:   []string{strings.TrimPrefix(srv.URL, "http://")},
 		RuleFiles: []string{rules},
 	})
-	eventually(t, 30*time.Second, "the scraped counter and its recording rule", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "the scraped counter and its recording rule", func(ctx context.Context) error {
 		s, err := p.Query(ctx, `tenantdbtest:answers:doubled{tenant="acme"}`)
 		if err != nil {
 			return err
@@ -52,7 +52,7 @@ func TestPrometheusScrapesThisProcess(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "the alert pending", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "the alert pending", func(ctx context.Context) error {
 		alerts, err := p.Alerts(ctx)
 		if err != nil {
 			return err

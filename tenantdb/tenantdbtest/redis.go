@@ -36,7 +36,8 @@ type Redis struct {
 	// Container is the running container; nil for an existing server.
 	Container *tcredis.RedisContainer
 
-	term terminator
+	server // Stop, Start, Restart, Pause, Unpause
+	term   terminator
 }
 
 type redisConfig struct {
@@ -76,7 +77,7 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 		if len(opts) > 0 {
 			t.Logf("tenantdbtest: %s is set: using that server as it is, options are not applied", redisAddrEnv)
 		}
-		return &Redis{Addr: addr}
+		return &Redis{Addr: addr, server: redisServer(nil)}
 	}
 	r, err := runRedis(t.Context(), opts)
 	var c testcontainers.Container
@@ -96,7 +97,7 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 // container is left running.
 func RunRedis(ctx context.Context, opts ...RedisOption) (*Redis, error) {
 	if addr := os.Getenv(redisAddrEnv); addr != "" {
-		return &Redis{Addr: addr}, nil
+		return &Redis{Addr: addr, server: redisServer(nil)}, nil
 	}
 	r, err := runRedis(ctx, opts)
 	if err != nil {
@@ -148,7 +149,7 @@ func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
 		}
 		return tcredis.Run(ctx, image, customizers...)
 	})
-	r := &Redis{Image: image, Container: ctr}
+	r := &Redis{Image: image, Container: ctr, server: redisServer(ctr)}
 	if err != nil {
 		return r, fmt.Errorf("tenantdbtest: start Redis from %s: %w%s", image, err,
 			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
@@ -160,62 +161,6 @@ func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
 	return r, nil
 }
 
-// Stop stops the container, keeping its host port; Redis saves its data
-// set on the way down (the default save points of both images), so keys
-// survive until Start. ctx governs the Docker request.
-func (r *Redis) Stop(ctx context.Context) error {
-	if r.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
-	}
-	if err := r.Container.Stop(ctx, nil); err != nil {
-		return fmt.Errorf("tenantdbtest: stop Redis: %w", err)
-	}
-	return nil
-}
-
-// Start starts a stopped container again and waits until it answers PING at
-// the same Addr; ctx governs the start and the wait.
-func (r *Redis) Start(ctx context.Context) error {
-	if r.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
-	}
-	if err := r.Container.Start(ctx); err != nil {
-		return fmt.Errorf("tenantdbtest: start Redis again: %w", err)
-	}
-	return nil
-}
-
-// Restart is Stop followed by Start.
-func (r *Redis) Restart(ctx context.Context) error {
-	if err := r.Stop(ctx); err != nil {
-		return err
-	}
-	return r.Start(ctx)
-}
-
-// Pause freezes the server: connections stay open but get no answers until
-// Unpause.
-func (r *Redis) Pause(ctx context.Context) error {
-	if r.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
-	}
-	if err := setPaused(ctx, r.Container, true); err != nil {
-		return fmt.Errorf("tenantdbtest: pause Redis: %w", err)
-	}
-	return nil
-}
-
-// Unpause lets a paused server go on.
-func (r *Redis) Unpause(ctx context.Context) error {
-	if r.Container == nil {
-		return fmt.Errorf("%w: %s is set", ErrNoContainer, redisAddrEnv)
-	}
-	if err := setPaused(ctx, r.Container, false); err != nil {
-		return fmt.Errorf("tenantdbtest: unpause Redis: %w", err)
-	}
-	return nil
-}
-
 // Terminate stops and removes the container; ctx governs the Docker
 // requests. It does nothing for an existing server, and only the first call
 // does anything. StartRedis arranges it through t.Cleanup; after RunRedis
@@ -225,4 +170,14 @@ func (r *Redis) Terminate(ctx context.Context) error {
 		return nil
 	}
 	return r.term.do(ctx, r.Container, "Redis")
+}
+
+// redisServer is the fault injection of c, or of an existing server when c
+// is nil.
+func redisServer(c *tcredis.RedisContainer) server {
+	s := server{what: "Redis", envVar: redisAddrEnv}
+	if c != nil {
+		s.container = c
+	}
+	return s
 }

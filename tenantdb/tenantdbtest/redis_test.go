@@ -21,7 +21,7 @@ func TestRedisPingAndKeepsKeyAcrossStopStart(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer rdb.Close()
 
-	eventually(t, 30*time.Second, "PING", func(ctx context.Context) error {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "PING", func(ctx context.Context) error {
 		pong, err := rdb.Ping(ctx).Result()
 		if err == nil && pong != "PONG" {
 			err = errors.New("PING answered " + pong)
@@ -48,7 +48,7 @@ func TestRedisPingAndKeepsKeyAcrossStopStart(t *testing.T) {
 	}
 
 	var v string
-	eventually(t, 30*time.Second, "GET after restart", func(ctx context.Context) (err error) {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "GET after restart", func(ctx context.Context) (err error) {
 		v, err = rdb.Get(ctx, "tenantdbtest:key").Result()
 		return err
 	})
@@ -62,7 +62,7 @@ func TestRedisArgsAndExistingServer(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer rdb.Close()
 	var cfg map[string]string
-	eventually(t, 30*time.Second, "CONFIG GET", func(ctx context.Context) (err error) {
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "CONFIG GET", func(ctx context.Context) (err error) {
 		cfg, err = rdb.ConfigGet(ctx, "maxmemory").Result()
 		return err
 	})

@@ -1,4 +1,4 @@
-package tracing
+package otelsetup
 
 import (
 	"context"
@@ -43,10 +43,10 @@ type PrometheusExporter struct {
 }
 
 // NewPrometheusExporter returns an exporter whose MeterProvider is given to
-// New with WithMeterProvider and whose Handler is mounted where Prometheus
-// scrapes, usually /metrics:
+// [tracing.New] with [tracing.WithMeterProvider] and whose Handler is
+// mounted where Prometheus scrapes, usually /metrics:
 //
-//	pe, err := tracing.NewPrometheusExporter(tracing.PrometheusConfig{})
+//	pe, err := otelsetup.NewPrometheusExporter(otelsetup.PrometheusConfig{})
 //	if err != nil { ... }
 //	defer pe.Shutdown(context.Background())
 //	tr := tracing.New(tracing.WithMeterProvider(pe.MeterProvider()))
@@ -60,7 +60,7 @@ func NewPrometheusExporter(cfg PrometheusConfig) (*PrometheusExporter, error) {
 	}
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
-		return nil, fmt.Errorf("tracing: Prometheus exporter: %w", err)
+		return nil, fmt.Errorf("otelsetup: Prometheus exporter: %w", err)
 	}
 	res := cfg.Resource
 	if res == nil {
@@ -72,8 +72,9 @@ func NewPrometheusExporter(cfg PrometheusConfig) (*PrometheusExporter, error) {
 	}, nil
 }
 
-// MeterProvider is the provider to give New (WithMeterProvider), and any
-// other instrumentation whose metrics should be scraped with tenantdb's.
+// MeterProvider is the provider to give [tracing.New]
+// ([tracing.WithMeterProvider]), and any other instrumentation whose metrics
+// should be scraped with tenantdb's.
 func (e *PrometheusExporter) MeterProvider() *metric.MeterProvider { return e.provider }
 
 // Handler serves the metrics in Prometheus' text or protobuf formats, each
@@ -84,7 +85,7 @@ func (e *PrometheusExporter) Handler() http.Handler { return e.handler }
 // metrics. ctx bounds the shutdown.
 func (e *PrometheusExporter) Shutdown(ctx context.Context) error {
 	if err := e.provider.Shutdown(ctx); err != nil && !errors.Is(err, metric.ErrReaderShutdown) {
-		return fmt.Errorf("tracing: Prometheus exporter shutdown: %w", err)
+		return fmt.Errorf("otelsetup: Prometheus exporter shutdown: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,65 @@
+package tenantdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// held is what one call or Conn holds while it works: the tenant's slot, a
+// shared connection, the revocation guard of the slot's cluster lease (nil
+// without a revocable lease) and the runner of its statements.
+type held struct {
+	conn   *pgxpool.Conn
+	permit pool.Permit
+	guard  *revokeGuard
+	run    runner
+}
+
+// hold admits the tenant in ctx and acquires a shared connection for it.
+// ctx governs both waits. The returned context is ctx, cancelled with
+// ErrRevoked if the cluster lease is revoked: the work runs under it. On
+// every failure, and on a panic in a hook, nothing stays held.
+func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return ctx, held{}, err
+	}
+	h := held{permit: permit}
+	ok := false
+	defer func() {
+		if !ok {
+			h.release(nil)
+		}
+	}()
+	ctx, h.guard = guardRevocation(ctx, permit)
+	if h.conn, err = p.pg.Acquire(ctx); err != nil {
+		return ctx, held{}, h.guard.wrap(err)
+	}
+	h.guard.attach(h.conn)
+	if h.run, err = p.session.runner(ctx, h.conn.Conn()); err != nil {
+		return ctx, held{}, err
+	}
+	ok = true
+	return ctx, h, nil
+}
+
+// release stops the guard, returns the connection and then the slot, and
+// makes *err (if err is not nil) match ErrRevoked when a revocation stopped
+// the work: in that order, so that a CancelRequest in flight cannot reach
+// the connection's next user. It is idempotent, and does nothing for the
+// zero held. pgxpool destroys a connection returned busy or inside a
+// transaction, as after a panic in the middle of a statement.
+func (h *held) release(err *error) {
+	h.guard.stop()
+	if h.conn != nil {
+		h.conn.Release()
+		h.conn = nil
+	}
+	h.permit.Release()
+	if err != nil {
+		*err = h.guard.wrap(*err)
+	}
+}

@@ -1,0 +1,152 @@
+package tenantdb
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// runner runs one tenant's statements on a held connection. With
+// ScopeTransaction, local is the statement that sets the tenant's values for
+// the current transaction, and every statement outside an explicit
+// transaction is sent together with it, in one implicit transaction and one
+// round trip; otherwise local is "" and statements go to pgx as they are.
+type runner struct {
+	conn  *pgx.Conn
+	local string
+}
+
+// runner returns the runner of the tenant in ctx on conn.
+func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, error) {
+	if !s.transactional() {
+		return runner{conn: conn}, nil
+	}
+	tenant, _ := TenantFrom(ctx)
+	exprs, err := s.values(tenant, true)
+	if err != nil || len(exprs) == 0 {
+		return runner{conn: conn}, err
+	}
+	return runner{conn: conn, local: "select " + strings.Join(exprs, ", ")}, nil
+}
+
+// withLocal returns a batch that runs the tenant's setting and then sql.
+func (r runner) withLocal(sql string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(r.local)
+	b.Queue(sql, args...)
+	return b
+}
+
+// exec runs sql. Without arguments it keeps pgx's simple protocol, so that
+// sql may hold several statements; the setting is put in front of them.
+func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
+	switch {
+	case r.local == "":
+		return r.conn.Exec(ctx, sql, args...)
+	case len(args) == 0:
+		return r.conn.Exec(ctx, r.local+";\n"+sql)
+	}
+	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	return tag, closeBatch(br, err)
+}
+
+// query runs sql. With ScopeTransaction it also returns the batch it was
+// sent in, to be closed after the rows.
+func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pgx.BatchResults, error) {
+	if r.local == "" {
+		rows, err := r.conn.Query(ctx, sql, args...)
+		return rows, nil, err
+	}
+	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
+	if _, err := br.Exec(); err != nil {
+		return errRows{err}, nil, closeBatch(br, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		rows.Close()
+		return errRows{err}, nil, closeBatch(br, err)
+	}
+	return rows, br, nil
+}
+
+// queryRow runs sql for one row. With ScopeTransaction it also returns the
+// batch it was sent in, to be closed after the row is scanned.
+func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, pgx.BatchResults) {
+	if r.local == "" {
+		return r.conn.QueryRow(ctx, sql, args...), nil
+	}
+	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
+	if _, err := br.Exec(); err != nil {
+		return errRow{closeBatch(br, err)}, nil
+	}
+	return br.QueryRow(), br
+}
+
+// sendBatch sends b. With ScopeTransaction, b gains the setting as its first
+// query, whose result is read here: b's own results follow as usual, and a
+// batch that begins a transaction (pgx.Batch.BeginTx) keeps the setting in
+// it, since a BEGIN turns the implicit transaction into an explicit one.
+func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if r.local == "" {
+		return r.conn.SendBatch(ctx, b)
+	}
+	b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: r.local}}, b.QueuedQueries...)
+	br := r.conn.SendBatch(ctx, b)
+	_, _ = br.Exec() // an error here is every later result's error too
+	return br
+}
+
+// begin starts a transaction. With ScopeTransaction the setting is sent in
+// the same round trip as BEGIN.
+func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if r.local == "" {
+		return r.conn.BeginTx(ctx, opts)
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(opts)
+	b.Queue(r.local)
+	br := r.conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	tx := br.Tx()
+	if err = closeBatch(br, err); err != nil {
+		_ = tx.Rollback(ctx) // a no-op when BEGIN itself failed
+		return nil, err
+	}
+	return tx, nil
+}
+
+// copyFrom runs COPY. With ScopeTransaction it runs in a transaction of its
+// own that carries the setting, since COPY cannot share a batch.
+func (r runner) copyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if r.local == "" {
+		return r.conn.CopyFrom(ctx, table, columns, src)
+	}
+	tx, err := r.begin(ctx, pgx.TxOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n, err := tx.CopyFrom(ctx, table, columns, src)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
+}
+
+// closeBatch closes br and returns err, or Close's error if err is nil.
+func closeBatch(br pgx.BatchResults, err error) error {
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

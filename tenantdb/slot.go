@@ -1,0 +1,72 @@
+package tenantdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// Slot is one of a tenant's slots taken without a connection, for adapters
+// that get their connections from the shared pool themselves, such as
+// package tenantsql (database/sql): take the Slot, acquire from
+// Pool.Pgxpool with the same context (so that Config.Session sets the
+// tenant's state), and give both back. A Slot is for one connection.
+type Slot struct {
+	permit pool.Permit
+	g      *revokeGuard // nil without a revocable cluster lease
+	tenant string
+}
+
+// Admit takes a slot for the tenant in ctx, as every Pool call does first:
+// ErrNoTenant without a valid tenant, an *OverLimitError over the tenant's
+// cap, ErrClosed after Close. ctx governs the wait for the slot only. The
+// caller must Release the Slot on every path.
+func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
+	permit, err := p.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, _ := TenantFrom(ctx)
+	_, g := guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
+	return &Slot{permit: permit, g: g, tenant: id}, nil
+}
+
+// Tenant returns the tenant the slot was taken for.
+func (s *Slot) Tenant() string { return s.tenant }
+
+// Session returns the Config.Session the Pool was created with, so that an
+// adapter can tell whether its statements need the tenant's values set per
+// transaction (ScopeTransaction).
+func (p *Pool) Session() Session { return p.session.cfg }
+
+// Attach names the connection the slot's work runs on: if the tenant's
+// cluster-wide slot is revoked (see ErrRevoked), PostgreSQL is asked to
+// cancel the statement running on it. Without a revocable lease it does
+// nothing.
+func (s *Slot) Attach(c *pgconn.PgConn) {
+	if s.g == nil {
+		return
+	}
+	s.g.mu.Lock()
+	s.g.conn = c
+	s.g.mu.Unlock()
+}
+
+// Revoked reports whether the tenant's cluster-wide slot was revoked: the
+// work must stop, and further statements fail with ErrRevoked.
+func (s *Slot) Revoked() bool { return s.g.isRevoked() }
+
+// Detach stops watching the attached connection, waiting for a
+// CancelRequest in flight: call it before the connection goes back to the
+// shared pool, so that no cancellation reaches its next user. It is
+// idempotent.
+func (s *Slot) Detach() { s.g.stop() }
+
+// Release detaches the connection, if not done yet, and returns the slot to
+// its tenant. Only the first call has an effect.
+func (s *Slot) Release() {
+	s.g.stop()
+	s.permit.Release()
+}

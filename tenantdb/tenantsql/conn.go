@@ -1,0 +1,163 @@
+package tenantsql
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// conn is one database/sql connection: a tenant's slot and a connection of
+// the shared pgxpool, or, until a statement brings a tenant, nothing.
+// database/sql calls it from one goroutine at a time.
+type conn struct {
+	c    *connector
+	slot *tenantdb.Slot // nil until bound
+	pg   *stdlib.Conn   // nil until bound
+}
+
+var (
+	_ driver.Conn               = (*conn)(nil)
+	_ driver.ConnPrepareContext = (*conn)(nil)
+	_ driver.ConnBeginTx        = (*conn)(nil)
+	_ driver.ExecerContext      = (*conn)(nil)
+	_ driver.QueryerContext     = (*conn)(nil)
+	_ driver.Pinger             = (*conn)(nil)
+	_ driver.NamedValueChecker  = (*conn)(nil)
+	_ driver.SessionResetter    = (*conn)(nil)
+	_ driver.Validator          = (*conn)(nil)
+)
+
+// bind takes a slot for the tenant in ctx and a shared connection, both with
+// ctx. Its errors are tenantdb's (ErrNoTenant, *OverLimitError, ErrClosed)
+// or the acquire's, never driver.ErrBadConn.
+func (cn *conn) bind(ctx context.Context) error {
+	if s := cn.c.p.Session(); s.Scope == tenantdb.ScopeTransaction && (s.TenantSetting != "" || s.SearchPath != nil) {
+		return ErrScopeTransaction
+	}
+	slot, err := cn.c.p.Admit(ctx)
+	if err != nil {
+		return err
+	}
+	dc, err := cn.c.pg.Connect(ctx)
+	if err != nil {
+		slot.Release()
+		return err
+	}
+	pg := dc.(*stdlib.Conn)
+	slot.Attach(pg.Conn().PgConn())
+	cn.slot, cn.pg = slot, pg
+	return nil
+}
+
+// ready binds the connection on its first statement, if Connect had no
+// tenant. It refuses a statement whose context carries another tenant than
+// the connection's (a Tx or Conn of one tenant used with another's context),
+// and statements after a revocation.
+func (cn *conn) ready(ctx context.Context) error {
+	id, ok := tenantdb.TenantFrom(ctx)
+	if cn.pg == nil {
+		if !ok {
+			return tenantdb.ErrNoTenant
+		}
+		return cn.bind(ctx)
+	}
+	if ok && id != cn.slot.Tenant() {
+		return fmt.Errorf("%w: the context carries tenant %q, the connection is tenant %q's",
+			ErrTenantMismatch, id, cn.slot.Tenant())
+	}
+	if cn.slot.Revoked() {
+		return tenantdb.ErrRevoked
+	}
+	return nil
+}
+
+// wrap makes err, from work stopped by a revocation, match tenantdb.ErrRevoked.
+func (cn *conn) wrap(err error) error {
+	if err == nil || cn.slot == nil || !cn.slot.Revoked() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", tenantdb.ErrRevoked, err)
+}
+
+func (cn *conn) Prepare(query string) (driver.Stmt, error) {
+	return cn.PrepareContext(context.Background(), query)
+}
+
+func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if err := cn.ready(ctx); err != nil {
+		return nil, err
+	}
+	st, err := cn.pg.PrepareContext(ctx, query)
+	return st, cn.wrap(err)
+}
+
+// Close returns the shared connection to the pgxpool and the slot to the
+// tenant, in that order (a CancelRequest of a revocation in flight is waited
+// for first). database/sql calls it once.
+func (cn *conn) Close() error {
+	if cn.pg == nil {
+		return nil
+	}
+	cn.slot.Detach()
+	err := cn.pg.Close()
+	cn.slot.Release()
+	return err
+}
+
+func (cn *conn) Begin() (driver.Tx, error) {
+	return cn.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if err := cn.ready(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := cn.pg.BeginTx(ctx, opts)
+	return tx, cn.wrap(err)
+}
+
+func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := cn.ready(ctx); err != nil {
+		return nil, err
+	}
+	res, err := cn.pg.ExecContext(ctx, query, args)
+	return res, cn.wrap(err)
+}
+
+func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := cn.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := cn.pg.QueryContext(ctx, query, args)
+	return rows, cn.wrap(err)
+}
+
+// Ping checks the server. On a connection without a tenant it is
+// tenantdb.Pool.Ping with ctx: a health check without a tenant slot, or a
+// tenant's call with one.
+func (cn *conn) Ping(ctx context.Context) error {
+	if cn.pg == nil {
+		return cn.c.p.Ping(ctx)
+	}
+	if cn.slot.Revoked() {
+		return tenantdb.ErrRevoked
+	}
+	return cn.pg.Ping(ctx)
+}
+
+// CheckNamedValue accepts every argument, as stdlib.Conn does: pgx encodes
+// driver.Valuer and its own types itself.
+func (cn *conn) CheckNamedValue(*driver.NamedValue) error { return nil }
+
+// ResetSession is never needed, since database/sql does not reuse these
+// connections; it reports the connection as usable.
+func (cn *conn) ResetSession(ctx context.Context) error { return nil }
+
+// IsValid reports false, so that database/sql closes the connection when it
+// is done with it instead of keeping it idle or handing it to another
+// caller, who may be another tenant.
+func (cn *conn) IsValid() bool { return false }

@@ -1,0 +1,111 @@
+// Package tenantsql puts a [tenantdb.Pool]'s tenant bulkheads under
+// database/sql, for GORM, sqlx, bun, ent, goose and whatever else takes a
+// *sql.DB.
+//
+//	db := tenantsql.OpenDB(p)
+//	ctx = tenantdb.WithTenant(ctx, "acme")
+//	rows, err := db.QueryContext(ctx, "select ...")
+//
+// Every connection database/sql checks out is taken for the tenant in the
+// context of the call that needs it (QueryContext, ExecContext, BeginTx,
+// Conn): first one of that tenant's slots, then a connection of the shared
+// pgxpool, acquired with the same context so that Config.Session sets the
+// tenant's state on it. Both go back when database/sql closes the connection:
+// when the Rows are closed (Row.Scan closes them), when the Tx commits or
+// rolls back, when the Conn is closed, when ExecContext returns. A call
+// without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
+// health check as tenantdb.Pool.Ping is. Over-limit, no-tenant and
+// closed-pool errors reach the caller as tenantdb's own errors, never as
+// driver.ErrBadConn, so database/sql does not retry them.
+//
+// database/sql never keeps a connection idle here, so none can pass from one
+// tenant to another inside its pool: the shared pgxpool keeps the idle
+// connections, as with pgx's stdlib.OpenDBFromPool. Leave SetMaxOpenConns
+// unset: the tenants' caps and the pgxpool's MaxConns bound the connections,
+// and database/sql's own queue would wait in front of them without knowing
+// tenants.
+//
+// This package imports only database/sql, pgx's stdlib and tenantdb: the ORM
+// and the migration tool are the caller's.
+package tenantsql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// ErrScopeTransaction is returned by every statement of a *sql.DB opened on
+// a Pool whose Config.Session sets state with Scope ScopeTransaction:
+// database/sql runs statements outside transactions, where a
+// transaction-local setting would not apply, so the tenant's row-level
+// security setting and search_path would be missing. Use ScopeSession (a
+// direct connection or session pooling) for database/sql.
+var ErrScopeTransaction = errors.New("tenantsql: Session.Scope ScopeTransaction is not supported through database/sql; use ScopeSession")
+
+// ErrTenantMismatch is returned by a statement run on a connection held for
+// one tenant (an sql.Tx, an sql.Conn) with a context that carries another:
+// it would see the first tenant's rows.
+var ErrTenantMismatch = errors.New("tenantsql: statement for another tenant than the connection's")
+
+// Option configures OpenDB and NewConnector.
+type Option func(*connector)
+
+// WithStdlibOptions passes options to pgx's stdlib connector, such as
+// stdlib.OptionShouldPing. Options for connections that stdlib opens itself
+// (OptionBeforeConnect, OptionAfterConnect) have no effect: connections come
+// from the shared pgxpool.
+func WithStdlibOptions(opts ...stdlib.OptionOpenDB) Option {
+	return func(c *connector) { c.stdlibOpts = append(c.stdlibOpts, opts...) }
+}
+
+// OpenDB returns a *sql.DB whose connections are taken through p's tenant
+// bulkheads. Closing it does not close p. Its idle pool is off
+// (SetMaxIdleConns(0)); a connection is never reused by database/sql even if
+// the idle pool is turned back on.
+func OpenDB(p *tenantdb.Pool, opts ...Option) *sql.DB {
+	db := sql.OpenDB(NewConnector(p, opts...))
+	db.SetMaxIdleConns(0)
+	return db
+}
+
+// NewConnector returns the driver.Connector OpenDB uses, for sql.OpenDB
+// behind a wrapper of your own (an instrumented connector). Its connections
+// report themselves invalid when database/sql would keep them, so no tenant's
+// connection is ever handed to another.
+func NewConnector(p *tenantdb.Pool, opts ...Option) driver.Connector {
+	c := &connector{p: p}
+	for _, o := range opts {
+		o(c)
+	}
+	c.pg = stdlib.GetPoolConnector(p.Pgxpool(), c.stdlibOpts...)
+	return c
+}
+
+type connector struct {
+	p          *tenantdb.Pool
+	pg         driver.Connector // pgx's stdlib connector over the shared pgxpool
+	stdlibOpts []stdlib.OptionOpenDB
+}
+
+// Connect returns a connection for the tenant in ctx. Without a tenant (a
+// Ping, or database/sql's own opener) the connection holds nothing until a
+// statement brings a tenant.
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	cn := &conn{c: c}
+	if _, ok := tenantdb.TenantFrom(ctx); !ok {
+		return cn, nil
+	}
+	if err := cn.bind(ctx); err != nil {
+		return nil, err
+	}
+	return cn, nil
+}
+
+// Driver returns pgx's stdlib driver.
+func (c *connector) Driver() driver.Driver { return c.pg.Driver() }
