@@ -64,12 +64,14 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 	t := w.t
 	limit, maxWait := t.cap, clusterWait(t.plan) // the cluster keeps the cap; adaptive limits are per process
 	start := g.nowLocked()
+	closed := g.closed
 	g.mu.Unlock()
 
 	var lease ClusterLease
+	var local bool
 	err := ctx.Err()
-	if err == nil {
-		lease, err = g.acquireSlot(ctx, w, limit, maxWait)
+	if err == nil && !closed {
+		lease, local, err = g.acquireSlot(ctx, w, limit, maxWait)
 	}
 
 	g.mu.Lock()
@@ -77,7 +79,7 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 	w.clusterWait += now - start
 	d.ClusterWait = time.Duration(w.clusterWait)
 	t.clusterPending--
-	if err == nil && g.closed {
+	if g.closed {
 		err = ErrClosed
 	}
 	if err != nil {
@@ -120,11 +122,11 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 			g.markIdleLocked(t, now)
 		}
 		g.mu.Unlock()
-		releaseLease(lease) // only when the gate closed meanwhile
+		releaseLease(lease) // the gate closed while the cluster was asked
 		return Permit{}, err
 	}
 
-	if lease.Local() {
+	if local {
 		d.ClusterLocal = true
 		g.clusterLocal++
 	}
@@ -136,12 +138,8 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		// round trip when a slot frees.
 		w.lease, w.stage, w.promoted = lease, stageCap, 0
 		c.capQ.pushFront(w)
-		var maxWait time.Duration
-		if mw := t.plan.MaxWait; mw > 0 {
-			maxWait = max(time.Duration(w.enqueued+int64(mw)-now), time.Nanosecond)
-		}
 		g.mu.Unlock()
-		return g.wait(ctx, w, maxWait, d)
+		return g.wait(ctx, w, d)
 	}
 	if c.globalQ.n == 0 && g.grantableLocked(t) {
 		g.takeLocked(t)
@@ -159,15 +157,25 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 	c.globalQ.pushBack(w)
 	g.fixLinesLocked(t)
 	g.mu.Unlock()
-	return g.wait(ctx, w, 0, d)
+	return g.wait(ctx, w, d)
 }
 
-// acquireSlot asks Config.Cluster for w's cluster slot. Should the limiter
-// panic, the tenant slot and the waiting count that w holds are given back
-// before the panic goes on to the caller.
-func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait time.Duration) (ClusterLease, error) {
+// errNoLease is what a ClusterLimiter that answers neither a lease nor an
+// error is taken to have said.
+var errNoLease = errors.New("the limiter returned neither a lease nor an error")
+
+// acquireSlot asks Config.Cluster for w's cluster slot, ending the wait when
+// ctx ends or the Gate closes, and asks the lease whether it is local. It
+// calls the limiter's code outside the lock only: should that code panic,
+// the tenant slot and the waiting count that w holds, and the lease if there
+// is one, are given back before the panic goes on to the caller.
+func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait time.Duration) (lease ClusterLease, local bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.closing, cancel)
 	returned := false
 	defer func() {
+		stop()
+		cancel()
 		if returned {
 			return
 		}
@@ -182,8 +190,16 @@ func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait ti
 			g.markIdleLocked(t, g.nowLocked())
 		}
 		g.mu.Unlock()
+		releaseLease(lease)
 	}()
-	lease, err := g.cluster.AcquireSlot(ctx, w.t.id, limit, maxWait)
+	lease, err = g.cluster.AcquireSlot(ctx, w.t.id, limit, maxWait)
+	if err == nil {
+		if lease == nil {
+			err = errNoLease
+		} else {
+			local = lease.Local()
+		}
+	}
 	returned = true
-	return lease, err
+	return lease, local, err
 }

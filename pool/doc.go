@@ -21,8 +21,10 @@
 // as its concurrency rises, raised while they do not.
 //
 // The package knows tenants and permits, not SQL: tenantdb uses it in front of a
-// pgxpool, but any shared dependency (an HTTP client, a job runner) can be
-// bulkheaded with it. It imports only the standard library.
+// pgxpool, package poolhttp in front of HTTP handlers and outbound calls, and
+// [Runner] runs background jobs from per-tenant queues on a Gate. One context
+// key carries the tenant through all of them ([WithTenant], [TenantFrom]).
+// It imports only the standard library.
 //
 // All work done under the Gate's mutex is O(1) (bounded loops only), and user
 // callbacks (Lookup, tracers) always run outside it.

@@ -16,7 +16,9 @@ type Gate struct {
 	cluster       ClusterLimiter
 	releaseTracer ReleaseTracer
 	epoch         time.Time
-	clock         func() int64 // ns since epoch, monotonic; replaced in tests
+	clock         func() int64       // ns since epoch, monotonic; replaced in tests
+	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
+	stopClosing   context.CancelFunc // cancels closing
 
 	mu            sync.Mutex
 	closed        bool                  // guarded by mu
@@ -61,6 +63,7 @@ func New(cfg Config) (*Gate, error) {
 		overrides: make(map[string]int),
 	}
 	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
+	g.closing, g.stopClosing = context.WithCancel(context.Background())
 	if rt, ok := cfg.Tracer.(ReleaseTracer); ok {
 		g.releaseTracer = rt
 	}
@@ -201,7 +204,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		now = g.nowLocked()
 	}
 	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
-	var maxWait time.Duration
+	if mw := t.plan.MaxWait; mw > 0 {
+		w.deadline = now + int64(mw)
+	}
 	switch {
 	case withinCap && g.cluster != nil:
 		// A tenant slot is free here; the cluster must agree.
@@ -219,11 +224,10 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		d.Position = c.globalQ.n + c.capQ.n + 1
 		w.stage = stageCap
 		c.capQ.pushBack(w)
-		maxWait = t.plan.MaxWait
 	}
 	g.waiting++
 	g.mu.Unlock()
-	return g.wait(ctx, w, maxWait, d)
+	return g.wait(ctx, w, d)
 }
 
 const (

@@ -118,8 +118,8 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 
 // demoteLocked, after a cut, hands back tenant slots that requests waiting for
 // global capacity hold beyond the new limit: the latest of them go back, in
-// order, to the front of the queue for the tenant's cap. Permits in use are
-// never revoked.
+// order, to the front of the queue for the tenant's cap, and are woken to
+// keep their MaxWait deadline there. Permits in use are never revoked.
 func (g *Gate) demoteLocked(t *tenant) {
 	c := t.wait
 	if c == nil {
@@ -130,6 +130,7 @@ func (g *Gate) demoteLocked(t *tenant) {
 		c.globalQ.remove(w)
 		w.stage, w.promoted = stageCap, 0
 		c.capQ.pushFront(w)
+		w.signal()
 	}
 	g.fixLinesLocked(t)
 }
@@ -199,10 +200,10 @@ func (g *Gate) Close() {
 			g.markIdleLocked(t, 0)
 		}
 	}
-	// Requests asking the cluster find the gate closed when they come back.
 	g.mu.Unlock()
+	g.stopClosing() // ends the waits of requests asking the cluster
 	for _, l := range leases {
-		l.Release()
+		defer l.Release() // deferred: one that panics does not keep the others
 	}
 }
 

@@ -12,6 +12,8 @@ type waiter struct {
 	permit      Permit        // guarded by Gate.mu: set when granted
 	err         error         // guarded by Gate.mu: set when failed
 	enqueued    int64         // clock when it began to wait
+	deadline    int64         // enqueued + the plan's MaxWait, 0 without one
+	expired     bool          // guarded by Gate.mu: deadline passed while it waited for global capacity
 	promoted    int64         // guarded by Gate.mu: clock when it got a tenant slot
 	granted     int64         // guarded by Gate.mu: clock when it got the permit
 	lease       ClusterLease  // guarded by Gate.mu: its cluster slot, once it has one

@@ -6,22 +6,37 @@ import (
 	"time"
 )
 
-// wait blocks until w is granted or failed, ctx ends, or (while w is over its
-// tenant's cap) maxWait runs out; maxWait is 0 when w starts within the cap.
-func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *TraceAcquireEndData) (Permit, error) {
+// wait blocks until w is granted or failed, ctx ends, or w's MaxWait deadline
+// passes while it waits for its tenant's cap. The deadline counts from when
+// w arrived, whichever stage it waits in when it passes: a request sent back
+// to wait for the cap by a cut times out at the deadline it came with.
+func (g *Gate) wait(ctx context.Context, w *waiter, d *TraceAcquireEndData) (Permit, error) {
+	var timer *time.Timer // armed once w first waits for the cap, for the rest of its MaxWait
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var timeout <-chan time.Time
-	if maxWait > 0 {
-		timer := time.NewTimer(maxWait)
-		defer timer.Stop()
-		timeout = timer.C
-	}
+	g.mu.Lock()
 	for {
-		timedOut := false
-		select {
-		case <-w.wake:
-		case <-ctx.Done():
-		case <-timeout:
-			timedOut = true
+		if timer == nil && w.stage == stageCap && w.deadline != 0 && !w.expired {
+			if left := time.Duration(w.deadline - g.nowLocked()); left > 0 {
+				timer = time.NewTimer(left)
+				timeout = timer.C
+			} else {
+				w.expired = true
+			}
+		}
+		timedOut := w.expired && w.stage == stageCap
+		g.mu.Unlock()
+		if !timedOut {
+			select {
+			case <-w.wake:
+			case <-ctx.Done():
+			case <-timeout:
+				timedOut = true
+			}
 		}
 		g.mu.Lock()
 		t := w.t
@@ -52,13 +67,14 @@ func (g *Gate) wait(ctx context.Context, w *waiter, maxWait time.Duration, d *Tr
 			if !timedOut || w.stage == stageGlobal {
 				// A leftover wake changes nothing. MaxWait bounds only the
 				// wait for the tenant's own cap: a request that now holds a
-				// tenant slot and waits for global capacity waits on.
+				// tenant slot and waits for global capacity waits on, and
+				// times out at once should a cut send it back.
 				if timedOut {
-					timeout = nil
-				}
-				g.mu.Unlock()
-				if !timedOut && wakeIgnoredHook != nil {
+					w.expired, timeout = true, nil
+				} else if wakeIgnoredHook != nil {
+					g.mu.Unlock()
 					wakeIgnoredHook()
+					g.mu.Lock()
 				}
 				continue
 			}

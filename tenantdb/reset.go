@@ -29,7 +29,8 @@ const connTenantKey = "tenantdb.tenant"
 // needs no reset.
 func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string) error {
 	data := conn.PgConn().CustomData()
-	if last, used := data[connTenantKey].(string); used && last != tenant {
+	last, used := data[connTenantKey].(string)
+	if used && last != tenant {
 		delete(data, connTenantKey) // until the reset is complete
 		if err := conn.DeallocateAll(ctx); err != nil {
 			return err
@@ -45,6 +46,27 @@ func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string
 			return err
 		}
 	}
-	data[connTenantKey] = tenant
+	if used && last != tenant {
+		dropNotifications(conn)
+	}
+	if !used || last != tenant {
+		data[connTenantKey] = tenant // boxing allocates: only on a change
+	}
 	return nil
+}
+
+// dropNotifications discards the notifications pgx has buffered on conn for
+// the previous holder's LISTEN (received during its queries, or during the
+// reset, before UNLISTEN took effect), which WaitForNotification would
+// otherwise hand to the next one. With a context that is already done,
+// WaitForNotification returns a buffered notification or, with none left,
+// an error, without touching the connection.
+func dropNotifications(conn *pgx.Conn) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		if _, err := conn.WaitForNotification(done); err != nil {
+			return
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -199,6 +201,21 @@ func recv(t testing.TB, ch <-chan result) result {
 	case <-time.After(probeTimeout):
 		t.Fatalf("no result after %v", probeTimeout)
 		return result{}
+	}
+}
+
+// batchAndCopy sends a batch of two inserts into table, a one-column table
+// of ints, then copies a row into it: one call of each kind.
+func batchAndCopy(t testing.TB, ctx context.Context, p *tenantdb.Pool, table string) {
+	t.Helper()
+	b := &pgx.Batch{}
+	b.Queue("insert into " + table + " values (1)")
+	b.Queue("insert into " + table + " values (2)")
+	if err := p.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CopyFrom(ctx, pgx.Identifier{table}, []string{"n"}, pgx.CopyFromRows([][]any{{3}})); err != nil {
+		t.Fatal(err)
 	}
 }
 

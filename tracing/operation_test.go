@@ -7,7 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -43,15 +42,7 @@ func TestOperationDurationPerCall(t *testing.T) {
 	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
 		t.Fatalf("select from a missing table: %v", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue("insert into " + table + " values (1)")
-	b.Queue("insert into " + table + " values (2)")
-	if err := p.SendBatch(ctx, b).Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.CopyFrom(ctx, pgx.Identifier{table}, []string{"n"}, pgx.CopyFromRows([][]any{{3}})); err != nil {
-		t.Fatal(err)
-	}
+	batchAndCopy(t, ctx, p, table)
 
 	rm := e.collect(t)
 	const name = "db.client.operation.duration"

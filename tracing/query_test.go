@@ -74,15 +74,7 @@ func TestQuerySpansFollowDatabaseConventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows.Close()
-	b := &pgx.Batch{}
-	b.Queue("insert into " + table + " values (1)")
-	b.Queue("insert into " + table + " values (2)")
-	if err := p.SendBatch(ctx, b).Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.CopyFrom(ctx, pgx.Identifier{table}, []string{"n"}, pgx.CopyFromRows([][]any{{3}})); err != nil {
-		t.Fatal(err)
-	}
+	batchAndCopy(t, ctx, p, table)
 	if _, err := p.Exec(ctx, "select 1/0"); err == nil {
 		t.Fatal("division by zero succeeded")
 	}

@@ -145,6 +145,7 @@ func runHTTP(plans func(workload) (pool.Config, func(*http.Request) (string, err
 		rejMu.Lock()
 		if len(serverRejects) > 0 {
 			rows[0].MaxRejectServer = ms(slices.Max(serverRejects)) // rows[0] is the noisy tenant's
+			rows[0].P99RejectServer = ms(percentile(serverRejects, 99))
 		}
 		rejMu.Unlock()
 		if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {

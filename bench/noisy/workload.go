@@ -155,6 +155,7 @@ type result struct {
 	// (the http-* scenarios): from the request's arrival in the handler
 	// chain to the written 429.
 	MaxRejectServer float64 `json:"max_reject_server_ms,omitempty"`
+	P99RejectServer float64 `json:"p99_reject_server_ms,omitempty"`
 	Errors          int     `json:"errors,omitempty"`
 	FirstError      string  `json:"first_error,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -47,4 +48,25 @@ func ExampleStartPostgres() {
 	if err := pg.Restart(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A test waits for a restarted server to answer with EventuallyNoError,
+// and for in-process state (here, the pool's connections returned) with
+// Eventually; both fail the test, saying what they waited for, if the
+// timeout passes first.
+func ExampleEventually() {
+	var t testing.TB // the test's *testing.T
+	pg := tenantdbtest.StartPostgres(t)
+	pool, err := pgxpool.New(t.Context(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pg.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tenantdbtest.EventuallyNoError(t, 30*time.Second, "the server answers after its restart", pool.Ping)
+	tenantdbtest.Eventually(t, time.Minute, "every connection is back in the pool", func() bool {
+		return pool.Stat().AcquiredConns() == 0
+	})
 }

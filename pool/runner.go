@@ -1,0 +1,394 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// ErrRunnerClosed is returned by Runner.Submit after Close was called.
+var ErrRunnerClosed = errors.New("pool: runner closed")
+
+// Job is a unit of background work. Its context carries the tenant
+// (TenantFrom) and the values of the context it was submitted with, and is
+// cancelled when Runner.Close gives up draining.
+type Job func(ctx context.Context)
+
+// PanicError is what RunnerConfig.OnError receives for a job that panicked.
+type PanicError struct {
+	Tenant string
+	Value  any    // what the job panicked with
+	Stack  []byte // the job's goroutine stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("pool: job of tenant %q panicked: %v", e.Tenant, e.Value)
+}
+
+// RunnerConfig configures a Runner. Zero values mean the documented
+// defaults; only Gate is required.
+type RunnerConfig struct {
+	// Gate admits every job: its capacity is the number of jobs run at once
+	// (the workers), a tenant's cap how many of its jobs run at once, and
+	// plan weights share the workers between tenants with queued jobs.
+	// Required; give the Runner a Gate of its own.
+	Gate *Gate
+
+	// MaxQueued is how many jobs one tenant may have queued (submitted and
+	// not started); past it Submit returns an *OverLimitError. Default 1,000.
+	MaxQueued int
+
+	// OnError is told about every job that did not run to completion: a job
+	// that panicked (a *PanicError; the worker and the slot survive it) and
+	// a job whose admission failed other than by the tenant being over its
+	// cap (the Gate was closed, Config.Lookup failed: the job is not run).
+	// It is called from the job's goroutine, outside any lock. Default: log
+	// the error with the standard logger.
+	OnError func(tenant string, err error)
+}
+
+const defaultMaxQueued = 1000
+
+// Runner runs background jobs per tenant on a Gate. Each tenant has its own
+// bounded FIFO queue; a job runs once the Gate grants its tenant a permit,
+// so at most the Gate's capacity of jobs run at once, at most a tenant's cap
+// of its own, and when the workers are contended tenants with queued jobs
+// are served in weighted round-robin order by the Gate, not in submission
+// order: a tenant's backlog of thousands delays another tenant's jobs by
+// about one job per worker, not by the backlog.
+//
+// A Runner keeps, per tenant with queued jobs, at most its cap of
+// goroutines asking the Gate for permits. Create it with NewRunner.
+type Runner struct {
+	g         *Gate
+	maxQueued int
+	onError   func(string, error)
+	ctx       context.Context // cancelled when Close gives up draining
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // acquirer goroutines
+
+	mu      sync.Mutex
+	closed  bool                   // guarded by mu
+	tenants map[string]*tenantJobs // guarded by mu: tenants with queued jobs or acquirers
+	idle    chan struct{}          // guarded by mu: closed when tenants empties after Close
+}
+
+// tenantJobs is one tenant's queue and the goroutines serving it.
+type tenantJobs struct {
+	queue     []queuedJob // guarded by Runner.mu: FIFO from head
+	head      int         // guarded by Runner.mu
+	acquirers int         // guarded by Runner.mu: goroutines acquiring or running for the tenant
+	claimed   int         // guarded by Runner.mu: acquirers asking the Gate, each for one queued job
+}
+
+type queuedJob struct {
+	ctx context.Context // the submitter's, for its values only
+	job Job
+}
+
+func (q *tenantJobs) len() int { return len(q.queue) - q.head }
+
+func (q *tenantJobs) pop() (queuedJob, bool) {
+	if q.len() == 0 {
+		return queuedJob{}, false
+	}
+	j := q.queue[q.head]
+	q.queue[q.head] = queuedJob{}
+	q.head++
+	if q.head == len(q.queue) {
+		q.queue, q.head = q.queue[:0], 0
+	} else if q.head > 64 && q.head*2 >= len(q.queue) {
+		n := copy(q.queue, q.queue[q.head:])
+		clear(q.queue[n:])
+		q.queue, q.head = q.queue[:n], 0
+	}
+	return j, true
+}
+
+// NewRunner returns a Runner on cfg.Gate, or an error wrapping
+// ErrInvalidConfig.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Gate == nil {
+		return nil, fmt.Errorf("%w: RunnerConfig.Gate is required", ErrInvalidConfig)
+	}
+	if cfg.MaxQueued < 0 {
+		return nil, fmt.Errorf("%w: RunnerConfig.MaxQueued must not be negative, got %d", ErrInvalidConfig, cfg.MaxQueued)
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = defaultMaxQueued
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = func(tenant string, err error) { log.Printf("pool: runner: tenant %q: %v", tenant, err) }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Runner{g: cfg.Gate, maxQueued: cfg.MaxQueued, onError: cfg.OnError,
+		ctx: ctx, cancel: cancel, tenants: make(map[string]*tenantJobs)}, nil
+}
+
+// Submit queues job for tenantID and returns at once; the job runs later,
+// in a goroutine of the Runner. It returns an error, and the job is not
+// queued, when the tenant ID is invalid (ErrInvalidTenant), ctx has ended,
+// the Runner is closed (ErrRunnerClosed), or the tenant already has
+// MaxQueued jobs queued: an *OverLimitError (errors.Is ErrOverLimit) with a
+// RetryAfter estimated from its jobs' run times. ctx governs only the
+// submission; the job's context keeps ctx's values but not its
+// cancellation, so a queued job is never dropped silently.
+func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
+	if job == nil {
+		return errors.New("pool: Submit: nil job")
+	}
+	if err := validateID(tenantID, r.g.cfg.MaxTenantIDLen); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pool: submit for tenant %q: %w", tenantID, err)
+	}
+	limit := r.limit(tenantID)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrRunnerClosed
+	}
+	q := r.tenants[tenantID]
+	if q == nil {
+		q = &tenantJobs{}
+		r.tenants[tenantID] = q
+	}
+	if q.len() >= r.maxQueued {
+		queued := q.len()
+		r.mu.Unlock()
+		return r.overLimit(tenantID, queued)
+	}
+	q.queue = append(q.queue, queuedJob{ctx: ctx, job: job})
+	more := r.moreAcquirersLocked(q, limit)
+	r.mu.Unlock()
+	for range more {
+		go r.serve(tenantID, q)
+	}
+	return nil
+}
+
+// limit is how many of tenantID's jobs may run at once: its effective limit
+// on the Gate, 1 for a tenant the Gate does not track yet (its first
+// acquirer starts the others once the Gate knows the tenant's cap).
+func (r *Runner) limit(tenantID string) int {
+	s, _ := r.g.TenantStats(tenantID)
+	return max(1, s.EffectiveLimit)
+}
+
+// overLimit is the error for a tenant whose queue is full.
+func (r *Runner) overLimit(tenantID string, queued int) error {
+	s, _ := r.g.TenantStats(tenantID)
+	limit := max(1, s.EffectiveLimit)
+	hold := s.AvgHold
+	if hold <= 0 {
+		hold = unknownHold
+	}
+	retry := hold * time.Duration(queued/limit+1)
+	return &OverLimitError{Tenant: tenantID, Limit: s.Limit,
+		RetryAfter: min(max(retry, time.Millisecond), r.g.cfg.MaxRetryAfter)}
+}
+
+// Queued returns how many of tenantID's jobs are queued, not started.
+func (r *Runner) Queued(tenantID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.tenants[tenantID]; q != nil {
+		return q.len()
+	}
+	return 0
+}
+
+// serve is one acquirer of tenantID: it claims a queued job, takes a
+// permit, then the tenant's next job, runs it and starts over, until no
+// queued job is left unclaimed. Claiming first means no permit is taken
+// for a job another acquirer runs; taking the job only once the permit is
+// granted keeps the tenant's jobs in FIFO order; asking the Gate for every
+// job is what lets its round-robin rotate the tenants.
+func (r *Runner) serve(tenantID string, q *tenantJobs) {
+	left := false // whether this acquirer has been retired from q
+	defer func() {
+		if !left { // a job called runtime.Goexit: a new acquirer takes over
+			r.mu.Lock()
+			replace := q.len() > 0
+			if replace {
+				r.wg.Add(1)
+			} else {
+				r.leaveLocked(tenantID, q)
+			}
+			r.mu.Unlock()
+			if replace {
+				go r.serve(tenantID, q)
+			}
+		}
+		r.wg.Done()
+	}()
+	for {
+		r.mu.Lock()
+		if q.claimed >= q.len() { // every queued job has an acquirer already
+			r.leaveLocked(tenantID, q)
+			left = true
+			r.mu.Unlock()
+			return
+		}
+		q.claimed++
+		r.mu.Unlock()
+		permit, err := r.g.Acquire(r.ctx, tenantID)
+		var limit int
+		if err == nil {
+			limit = r.limit(tenantID)
+		}
+		r.mu.Lock()
+		q.claimed--
+		if err != nil {
+			r.mu.Unlock()
+			if !r.admissionFailed(tenantID, q, err) {
+				left = true
+				return
+			}
+			continue
+		}
+		j, ok := q.pop()
+		if !ok { // Close dropped the queue
+			r.leaveLocked(tenantID, q)
+			left = true
+			r.mu.Unlock()
+			permit.Release()
+			return
+		}
+		more := r.moreAcquirersLocked(q, limit)
+		r.mu.Unlock()
+		for range more {
+			go r.serve(tenantID, q)
+		}
+		r.run(tenantID, permit, j)
+	}
+}
+
+// moreAcquirersLocked counts (and registers) the acquirers to start so
+// that q has as many as the tenant may run jobs at once, limit, or as it
+// has jobs queued, whichever is fewer.
+func (r *Runner) moreAcquirersLocked(q *tenantJobs, limit int) int {
+	n := min(limit, q.acquirers+q.len()) - q.acquirers
+	if n <= 0 {
+		return 0
+	}
+	q.acquirers += n
+	r.wg.Add(n)
+	return n
+}
+
+// leaveLocked retires one acquirer of q; the last one removes the tenant.
+func (r *Runner) leaveLocked(tenantID string, q *tenantJobs) {
+	q.acquirers--
+	if q.acquirers == 0 && q.len() == 0 {
+		delete(r.tenants, tenantID)
+		if r.closed && len(r.tenants) == 0 && r.idle != nil {
+			close(r.idle)
+			r.idle = nil
+		}
+	}
+}
+
+// admissionFailed handles an Acquire error and reports whether the
+// acquirer goes on. Over its cap (its limit was cut, or the Gate's permits
+// are also taken outside the Runner), an acquirer that is not the tenant's
+// last leaves; the last one retries after RetryAfter. Any other error fails
+// the tenant's next job, which OnError is told about, unless the Runner's
+// context ended: Close has dropped the queue then.
+func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool {
+	if r.ctx.Err() != nil {
+		r.mu.Lock()
+		r.leaveLocked(tenantID, q)
+		r.mu.Unlock()
+		return false
+	}
+	var ole *OverLimitError
+	if errors.As(err, &ole) {
+		r.mu.Lock()
+		if q.acquirers > 1 || q.len() == 0 {
+			r.leaveLocked(tenantID, q)
+			r.mu.Unlock()
+			return false
+		}
+		r.mu.Unlock()
+		t := time.NewTimer(ole.RetryAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+		}
+		return true
+	}
+	r.mu.Lock()
+	_, ok := q.pop()
+	if !ok || q.len() == 0 {
+		r.leaveLocked(tenantID, q)
+	}
+	goOn := ok && q.len() > 0
+	r.mu.Unlock()
+	if ok {
+		r.onError(tenantID, fmt.Errorf("pool: job of tenant %q not run: %w", tenantID, err))
+	}
+	return goOn
+}
+
+// run runs one job holding permit, and releases it on every path; a panic
+// is reported to OnError, after the release, and goes no further.
+func (r *Runner) run(tenantID string, permit Permit, j queuedJob) {
+	ctx, cancel := context.WithCancel(WithTenant(context.WithoutCancel(j.ctx), tenantID))
+	stop := context.AfterFunc(r.ctx, cancel)
+	defer func() {
+		v := recover()
+		var stack []byte
+		if v != nil {
+			stack = debug.Stack()
+		}
+		stop()
+		cancel()
+		permit.Release()
+		if v != nil {
+			r.onError(tenantID, &PanicError{Tenant: tenantID, Value: v, Stack: stack})
+		}
+	}()
+	j.job(ctx)
+}
+
+// Close stops taking jobs (Submit returns ErrRunnerClosed) and waits until
+// every queued job has run. If ctx ends first, it cancels the contexts of
+// the jobs running, drops the jobs still queued, waits for the running ones
+// to return, and reports how many it dropped with ctx's error. Close does
+// not close the Gate. Calling it again waits again.
+func (r *Runner) Close(ctx context.Context) (dropped int, err error) {
+	r.mu.Lock()
+	r.closed = true
+	var idle chan struct{}
+	if len(r.tenants) > 0 {
+		if r.idle == nil {
+			r.idle = make(chan struct{})
+		}
+		idle = r.idle
+	}
+	r.mu.Unlock()
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			err = ctx.Err()
+			r.cancel()
+			r.mu.Lock()
+			for _, q := range r.tenants {
+				dropped += q.len()
+				clear(q.queue)
+				q.queue, q.head = nil, 0
+			}
+			r.mu.Unlock()
+		}
+	}
+	r.wg.Wait()
+	return dropped, err
+}

@@ -1,0 +1,130 @@
+package tenantgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// TenantFunc returns the tenant of an incoming call from its metadata (md
+// is never nil) or its context (peer, TLS or auth info). An error refuses
+// the call with codes.Unauthenticated. It should authenticate the caller:
+// a verified token's claim, not a header a client may choose freely.
+type TenantFunc func(ctx context.Context, md metadata.MD) (string, error)
+
+// ErrNoTenant is returned by the TenantFunc of FromMetadata when the key is
+// missing or empty.
+var ErrNoTenant = errors.New("tenantgrpc: no tenant in metadata")
+
+// FromMetadata returns a TenantFunc that reads the first value of key (a
+// lowercase metadata key such as "x-tenant-id"). It trusts the client; use
+// it behind an authenticating interceptor or proxy that sets the key.
+func FromMetadata(key string) TenantFunc {
+	return func(_ context.Context, md metadata.MD) (string, error) {
+		if v := md.Get(key); len(v) > 0 && v[0] != "" {
+			return v[0], nil
+		}
+		return "", fmt.Errorf("%w: %q", ErrNoTenant, key)
+	}
+}
+
+// UnaryServerInterceptor admits every unary call against g for the tenant
+// tenant returns, and runs the handler holding one of that tenant's slots,
+// released when the handler returns or panics (the panic goes on). The
+// handler's context carries the tenant (pool.TenantFrom,
+// tenantdb.TenantFrom). A call that is not admitted never reaches the
+// handler; its status is the one Status gives.
+func UnaryServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.UnaryServerInterceptor {
+	mustConfig(g, tenant)
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, permit, err := admit(ctx, g, tenant)
+		if err != nil {
+			return nil, err
+		}
+		defer permit.Release()
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor admits every stream as UnaryServerInterceptor
+// admits a call: the slot is held for the stream's whole life, until the
+// handler returns (the client going away cancels the stream's context).
+func StreamServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.StreamServerInterceptor {
+	mustConfig(g, tenant)
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, permit, err := admit(ss.Context(), g, tenant)
+		if err != nil {
+			return err
+		}
+		defer permit.Release()
+		return handler(srv, &tenantStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+func mustConfig(g *pool.Gate, tenant TenantFunc) {
+	if g == nil || tenant == nil {
+		panic("tenantgrpc: an interceptor needs a Gate and a TenantFunc")
+	}
+}
+
+// admit reads the tenant and takes its slot; ctx governs the wait.
+func admit(ctx context.Context, g *pool.Gate, tenant TenantFunc) (context.Context, pool.Permit, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if md == nil {
+		md = metadata.MD{}
+	}
+	id, err := tenant(ctx, md)
+	if err != nil {
+		return ctx, pool.Permit{}, status.Error(codes.Unauthenticated, "no tenant: "+err.Error())
+	}
+	ctx = pool.WithTenant(ctx, id)
+	permit, err := g.Acquire(ctx, id)
+	if err != nil {
+		return ctx, pool.Permit{}, Status(err).Err()
+	}
+	return ctx, permit, nil
+}
+
+// Status is the gRPC status of a call refused because of err, an error from
+// pool.Gate.Acquire: codes.ResourceExhausted with an errdetails.RetryInfo
+// (OverLimitError.RetryAfter) for a tenant over its cap;
+// codes.Unauthenticated for an invalid tenant ID; Canceled or
+// DeadlineExceeded when the call's context ended while it waited;
+// codes.Unavailable for anything else (a closed Gate, too many tenants, a
+// failed Lookup).
+func Status(err error) *status.Status {
+	var ole *pool.OverLimitError
+	switch {
+	case errors.As(err, &ole):
+		st := status.New(codes.ResourceExhausted, ole.Error())
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ole.RetryAfter)}); derr == nil {
+			return d
+		}
+		return st
+	case errors.Is(err, pool.ErrInvalidTenant):
+		return status.New(codes.Unauthenticated, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, err.Error())
+	default:
+		return status.New(codes.Unavailable, err.Error())
+	}
+}
+
+// tenantStream is a ServerStream whose context carries the tenant.
+type tenantStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *tenantStream) Context() context.Context { return s.ctx }
