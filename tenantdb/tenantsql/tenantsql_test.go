@@ -316,22 +316,6 @@ func TestNoConnectionMovesBetweenTenants(t *testing.T) {
 	assertReleased(t, p, "b")
 }
 
-// TestScopeTransactionRefused checks that a Pool whose Session is scoped to
-// transactions refuses database/sql statements with ErrScopeTransaction
-// instead of running them without the tenant's setting, and holds nothing.
-func TestScopeTransactionRefused(t *testing.T) {
-	p := newPool(t, "", 2, tenantdb.Plan{MaxConns: 1},
-		tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction})
-	db := openDB(t, p)
-	if _, err := db.ExecContext(as("a"), "select 1"); !errors.Is(err, tenantsql.ErrScopeTransaction) {
-		t.Fatalf("a statement with ScopeTransaction: %v; want ErrScopeTransaction", err)
-	}
-	if err := db.Ping(); err != nil {
-		t.Fatalf("a health check with ScopeTransaction: %v", err)
-	}
-	assertReleased(t, p, "a")
-}
-
 // TestClosedPool checks that statements after the Pool's Close fail with
 // ErrClosed, not a retried bad connection.
 func TestClosedPool(t *testing.T) {
