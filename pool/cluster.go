@@ -56,11 +56,12 @@ func clusterWait(p *planState) time.Duration {
 	}
 }
 
-// clusterStep asks Config.Cluster for a cluster slot for w, which holds one of
-// its tenant's local slots (counted in clusterPending and Gate.waiting), then
-// takes global capacity as any request within its cap does.
-func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndData) (Permit, error) {
-	g.mu.Lock()
+// askClusterLocked is the cluster stage of w, which holds one of its
+// tenant's slots (counted in clusterPending): it asks Config.Cluster for a
+// cluster slot, outside the lock, then grants w, queues it for global
+// capacity, sends it back to wait for the cap if a cut took its slot
+// meanwhile, or fails it. It returns ctx's error as read after the call.
+func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireEndData) error {
 	t := w.t
 	limit, maxWait := t.cap, clusterWait(t.plan) // the cluster keeps the cap; adaptive limits are per process
 	start := g.nowLocked()
@@ -69,95 +70,52 @@ func (g *Gate) clusterStep(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 
 	var lease ClusterLease
 	var local bool
-	err := ctx.Err()
+	ctxErr := ctx.Err()
+	err := ctxErr
 	if err == nil && !closed {
 		lease, local, err = g.acquireSlot(ctx, w, limit, maxWait)
+		ctxErr = ctx.Err()
 	}
 
 	g.mu.Lock()
 	now := g.nowLocked()
 	w.clusterWait += now - start
-	d.ClusterWait = time.Duration(w.clusterWait)
 	t.clusterPending--
-	if g.closed {
-		err = ErrClosed
-	}
-	if err != nil {
-		w.stage, w.granted = stageDone, now
-		g.waiting--
-		g.fillWaitsLocked(w, d)
-		switch {
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			err = fmt.Errorf("pool: tenant %q: gave up waiting for a cluster slot after %v: %w",
-				t.id, time.Duration(now-w.enqueued).Round(time.Microsecond), ctx.Err())
-			if d.Outcome = ctxOutcome(ctx.Err()); d.Outcome == TimedOut {
-				t.timedOut++
-				g.totals.timedOut++
-			} else {
-				t.cancelled++
-				g.totals.cancelled++
-			}
-		case errors.Is(err, ErrOverLimit):
-			err = &OverLimitError{Tenant: t.id, Limit: limit, RetryAfter: g.retryAfterLocked(t),
-				Waited: time.Duration(now - w.enqueued)}
-			if maxWait == 0 {
-				d.Outcome = Rejected
-				t.rejected++
-				g.totals.rejected++
-			} else {
-				d.Outcome = TimedOut
-				t.timedOut++
-				g.totals.timedOut++
-			}
-		case errors.Is(err, ErrClosed):
-			d.Outcome = Failed
-		default:
-			d.Outcome = Failed
-			g.clusterErrors++
-			err = fmt.Errorf("pool: cluster slot for tenant %q: %w", t.id, err)
-		}
-		g.promoteLocked(t) // the tenant slot it held is free
-		g.dispatchLocked() // for a promoted request that kept its cluster lease
-		if t.isIdle() {
-			g.markIdleLocked(t, now)
-		}
-		g.mu.Unlock()
-		releaseLease(lease) // the gate closed while the cluster was asked
-		return Permit{}, err
-	}
-
-	if local {
+	w.lease = lease // released on leaving unless a permit takes it
+	if err == nil && local && !g.closed {
 		d.ClusterLocal = true
 		g.clusterLocal++
 	}
-	c := t.contended()
-	if t.held() >= t.limit {
-		// The tenant's cap was cut while the cluster was asked: the slot
+	switch {
+	case g.closed:
+		g.failLocked(w, Failed, ErrClosed)
+	case ctxErr != nil && errors.Is(err, ctxErr):
+		g.failLocked(w, ctxOutcome(ctxErr), ctxErr)
+	case errors.Is(err, ErrOverLimit):
+		o := TimedOut
+		if maxWait == 0 {
+			o = Rejected
+		}
+		g.failLocked(w, o, g.overLimitLocked(t, now-w.enqueued))
+	case err != nil:
+		g.clusterErrors++
+		g.failLocked(w, Failed, fmt.Errorf("pool: cluster slot for tenant %q: %w", t.id, err))
+	case t.held() >= t.limit:
+		// The tenant's limit was cut while the cluster was asked: the slot
 		// this request held is gone. It goes back to the front of the line
 		// for the cap, keeping its cluster lease, so that it needs no second
 		// round trip when a slot frees.
-		w.lease, w.stage, w.promoted = lease, stageCap, 0
-		c.capQ.pushFront(w)
-		g.mu.Unlock()
-		return g.wait(ctx, w, d)
-	}
-	if c.globalQ.n == 0 && g.grantableLocked(t) {
+		w.stage, w.promoted = stageCap, 0
+		t.wait.capQ.pushFront(&w.qlink)
+	case t.wait.globalQ.n == 0 && g.grantableLocked(t):
 		g.takeLocked(t)
-		p := g.newPermitLocked(t)
-		p.s.start, p.s.weight, p.s.lease = now, 1, lease
-		w.stage, w.granted = stageDone, now
-		g.waiting--
-		g.fillWaitsLocked(w, d)
-		g.mu.Unlock()
-		d.Outcome = Acquired
-		return p, nil
+		g.grantWaiterLocked(w, now)
+	default:
+		w.stage = stageGlobal
+		t.wait.globalQ.pushBack(&w.qlink)
+		g.fixLinesLocked(t)
 	}
-	w.lease = lease
-	w.stage = stageGlobal
-	c.globalQ.pushBack(w)
-	g.fixLinesLocked(t)
-	g.mu.Unlock()
-	return g.wait(ctx, w, d)
+	return ctxErr
 }
 
 // errNoLease is what a ClusterLimiter that answers neither a lease nor an
@@ -180,19 +138,12 @@ func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait ti
 			return
 		}
 		g.mu.Lock()
-		t := w.t
-		t.clusterPending--
-		w.stage = stageDone
-		g.waiting--
-		g.promoteLocked(t)
-		g.dispatchLocked()
-		if t.isIdle() {
-			g.markIdleLocked(t, g.nowLocked())
-		}
+		w.t.clusterPending--
+		g.failLocked(w, Failed, nil)
 		g.mu.Unlock()
 		releaseLease(lease)
 	}()
-	lease, err = g.cluster.AcquireSlot(ctx, w.t.id, limit, maxWait)
+	lease, err = g.cfg.Cluster.AcquireSlot(ctx, w.t.id, limit, maxWait)
 	if err == nil {
 		if lease == nil {
 			err = errNoLease

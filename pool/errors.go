@@ -34,14 +34,17 @@ var (
 	ErrInvalidConfig = errors.New("pool: invalid config")
 )
 
-// OverLimitError reports a request refused because its tenant is at its own cap.
+// OverLimitError reports a request refused because its tenant is at its own
+// limit: rejected on arrival (its queue was full, or the cluster had no slot
+// and the plan does not wait), or timed out after waiting Plan.MaxWait.
 // errors.Is(err, ErrOverLimit) holds for it.
 type OverLimitError struct {
-	// Tenant is the tenant whose cap was reached.
+	// Tenant is the tenant that was refused.
 	Tenant string
-	// Limit is the tenant's cap at the time of the refusal. A request that
-	// waited the plan's MaxWait reports the effective limit it waited for,
-	// lower than the cap while Config.Adaptive holds it down.
+	// Limit is the tenant's cap when it was refused (its plan's MaxConns, a
+	// Lookup override or SetTenantLimit), whether it was refused on arrival
+	// or after waiting. Under Config.Adaptive the request may have waited
+	// for a lower effective limit (TenantStats.EffectiveLimit).
 	Limit int
 	// RetryAfter estimates when a retry is likely to find a free slot, from the
 	// tenant's observed hold times and how many of its requests are ahead.

@@ -20,9 +20,11 @@ package pool
 // yet taken (Gate.reservedFree). So a reserved tenant never waits behind other
 // tenants for capacity kept for it.
 
-// fairRing is a circular list of tenants with global waiters plus a cursor.
-// Each tenant's credit (grants left in its turn) is in its contention state.
+// fairRing is the ring of tenants with global waiters, kept as a list in
+// ring order, plus a cursor. Each tenant's credit (grants left in its turn)
+// is in its contention state.
 type fairRing struct {
+	l      list[tenant]
 	cursor *tenant // nil when the ring is empty
 }
 
@@ -32,17 +34,14 @@ func (r *fairRing) add(t *tenant) {
 	c := t.wait
 	c.inRing = true
 	if r.cursor == nil {
-		c.ringPrev, c.ringNext = t, t
+		r.l.pushBack(&c.ringLink)
 		r.cursor = t
 		if c.credit <= 0 {
 			c.credit = t.plan.weight
 		}
 		return
 	}
-	last := r.cursor.wait.ringPrev
-	c.ringPrev, c.ringNext = last, r.cursor
-	last.wait.ringNext = t
-	r.cursor.wait.ringPrev = t
+	r.l.insertBefore(&c.ringLink, &r.cursor.wait.ringLink)
 	if c.credit > 0 {
 		r.cursor = t // the cursor's own turn goes on after t's, credit intact
 	}
@@ -56,16 +55,20 @@ func (r *fairRing) remove(t *tenant, backlogged bool) {
 	if !backlogged {
 		c.credit = 0
 	}
-	if c.ringNext == t {
+	if r.l.n == 1 {
 		r.cursor = nil
-	} else {
-		c.ringPrev.wait.ringNext = c.ringNext
-		c.ringNext.wait.ringPrev = c.ringPrev
-		if r.cursor == t {
-			r.turnTo(c.ringNext)
-		}
+	} else if r.cursor == t {
+		r.turnTo(r.after(t))
 	}
-	c.ringPrev, c.ringNext = nil, nil
+	r.l.remove(&c.ringLink)
+}
+
+// after returns the tenant after t in ring order.
+func (r *fairRing) after(t *tenant) *tenant {
+	if e := t.wait.ringLink.next; e != nil {
+		return e.v
+	}
+	return r.l.head.v
 }
 
 // turnTo moves the cursor to t, starting a turn unless t has one left.
@@ -83,44 +86,10 @@ func (r *fairRing) next() *tenant {
 		return nil
 	}
 	if r.cursor.wait.credit <= 0 {
-		r.turnTo(r.cursor.wait.ringNext)
+		r.turnTo(r.after(r.cursor))
 	}
 	r.cursor.wait.credit--
 	return r.cursor
-}
-
-// reservedLine is a FIFO of tenants below their reservation with requests
-// waiting for global capacity.
-type reservedLine struct {
-	head, tail *tenant
-}
-
-func (l *reservedLine) pushBack(t *tenant) {
-	c := t.wait
-	c.inRes = true
-	c.resPrev, c.resNext = l.tail, nil
-	if l.tail != nil {
-		l.tail.wait.resNext = t
-	} else {
-		l.head = t
-	}
-	l.tail = t
-}
-
-func (l *reservedLine) remove(t *tenant) {
-	c := t.wait
-	c.inRes = false
-	if c.resPrev != nil {
-		c.resPrev.wait.resNext = c.resNext
-	} else {
-		l.head = c.resNext
-	}
-	if c.resNext != nil {
-		c.resNext.wait.resPrev = c.resPrev
-	} else {
-		l.tail = c.resPrev
-	}
-	c.resPrev, c.resNext = nil, nil
 }
 
 // fixLinesLocked puts t in or out of the ring and the reserved line after its
@@ -139,17 +108,18 @@ func (g *Gate) fixLinesLocked(t *tenant) {
 	}
 	if inRes := c.globalQ.n > 0 && t.inUse < t.reserved; inRes != c.inRes {
 		if inRes {
-			g.reserved.pushBack(t)
+			g.reserved.pushBack(&c.resLink)
 		} else {
-			g.reserved.remove(t)
+			g.reserved.remove(&c.resLink)
 		}
+		c.inRes = inRes
 	}
 }
 
 // grantableLocked reports whether t may take a unit of global capacity now
 // without passing anyone the fair gate would serve first.
 func (g *Gate) grantableLocked(t *tenant) bool {
-	free := g.capacity - g.used
+	free := g.cfg.Capacity - g.used
 	if free <= 0 {
 		return false
 	}
@@ -161,10 +131,10 @@ func (g *Gate) grantableLocked(t *tenant) bool {
 // that, when it returns, no waiting request could be granted.
 func (g *Gate) dispatchLocked() {
 	var now int64
-	for g.used < g.capacity {
-		t := g.reserved.head
+	for g.used < g.cfg.Capacity {
+		t := g.reserved.front()
 		if t == nil {
-			if g.capacity-g.used-1 < g.reservedFree {
+			if g.cfg.Capacity-g.used-1 < g.reservedFree {
 				return // what is free is kept for reservations not yet taken
 			}
 			if t = g.ring.next(); t == nil {
@@ -192,7 +162,7 @@ func (g *Gate) promoteLocked(t *tenant) {
 	for c.capQ.n > 0 && t.held() < t.limit {
 		w := c.capQ.popFront()
 		w.promoted = now
-		if g.cluster != nil && w.lease == nil {
+		if g.cfg.Cluster != nil && w.lease == nil {
 			// Its goroutine asks the cluster, outside the lock.
 			w.stage = stageCluster
 			t.clusterPending++
@@ -200,7 +170,7 @@ func (g *Gate) promoteLocked(t *tenant) {
 			continue
 		}
 		w.stage = stageGlobal
-		c.globalQ.pushBack(w)
+		c.globalQ.pushBack(&w.qlink)
 	}
 	g.fixLinesLocked(t)
 }

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -10,11 +9,8 @@ import (
 // Gate admits requests per tenant in front of a shared capacity. It is safe for
 // concurrent use. Create it with New; the zero value is not usable.
 type Gate struct {
-	cfg           Config // read-only after New, but for Plans (see plans)
-	capacity      int
-	tracer        AcquireTracer
-	cluster       ClusterLimiter
-	releaseTracer ReleaseTracer
+	cfg           Config        // read-only after New; Plans is nil (see plans)
+	releaseTracer ReleaseTracer // cfg.Tracer, if it implements ReleaseTracer
 	epoch         time.Time
 	clock         func() int64       // ns since epoch, monotonic; replaced in tests
 	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
@@ -27,13 +23,14 @@ type Gate struct {
 	reservedFree  int                   // guarded by mu: Σ max(0, reserved-inUse) over tenants
 	reservedTotal int                   // guarded by mu: Σ reserved over tenants
 	tenants       map[string]*tenant    // guarded by mu
+	recent        *tenant               // guarded by mu: the last tenant admitted, so a run of its requests skips the map
 	tenantsPeak   int                   // guarded by mu: most tenants tracked since the map was last rebuilt
-	plans         map[string]*planState // guarded by mu
+	plans         map[string]*planState // guarded by mu: the plans in force (Config.Plans, then SetPlan)
 	defaultPlan   *planState            // guarded by mu
 	overrides     map[string]int        // guarded by mu: SetTenantLimit values
 	ring          fairRing              // guarded by mu
-	reserved      reservedLine          // guarded by mu
-	fresh, idle   idleList              // guarded by mu
+	reserved      list[tenant]          // guarded by mu: tenants below their reservation with requests in globalQ
+	fresh, idle   list[tenant]          // guarded by mu
 	freePermits   *permitState          // guarded by mu: released permit states, for reuse
 	sampleTick    uint32                // guarded by mu
 	lastNow       int64                 // guarded by mu: latest clock reading
@@ -54,9 +51,6 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g := &Gate{
 		cfg:       cfg,
-		capacity:  cfg.Capacity,
-		tracer:    cfg.Tracer,
-		cluster:   cfg.Cluster,
 		epoch:     time.Now(),
 		tenants:   make(map[string]*tenant),
 		plans:     make(map[string]*planState, len(cfg.Plans)),
@@ -64,9 +58,7 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
 	g.closing, g.stopClosing = context.WithCancel(context.Background())
-	if rt, ok := cfg.Tracer.(ReleaseTracer); ok {
-		g.releaseTracer = rt
-	}
+	g.releaseTracer, _ = cfg.Tracer.(ReleaseTracer)
 	for name, p := range cfg.Plans {
 		g.plans[name] = newPlanState(name, p)
 	}
@@ -75,12 +67,53 @@ func New(cfg Config) (*Gate, error) {
 	return g, nil
 }
 
-func newPlanState(name string, p Plan) *planState {
-	return &planState{name: name, Plan: p, weight: max(1, p.Weight)}
+// Capacity returns the global capacity.
+func (g *Gate) Capacity() int { return g.cfg.Capacity }
+
+// Close fails every waiting request with ErrClosed and makes later Acquire
+// calls fail with it. Permits already granted stay valid; releasing them is
+// still safe.
+func (g *Gate) Close() {
+	var leases []ClusterLease
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		leases = g.failWaitersLocked()
+	}
+	g.mu.Unlock()
+	g.stopClosing() // ends the waits of requests asking the cluster
+	for _, l := range leases {
+		defer l.Release() // deferred: one that panics does not keep the others
+	}
 }
 
-// Capacity returns the global capacity.
-func (g *Gate) Capacity() int { return g.capacity }
+// failWaitersLocked fails every request in a queue with ErrClosed, and
+// returns the cluster leases they held, to release once unlocked. Requests
+// asking the cluster see the Gate closed when they come back.
+func (g *Gate) failWaitersLocked() (leases []ClusterLease) {
+	now := g.nowLocked()
+	for _, t := range g.tenants {
+		c := t.wait
+		if c == nil {
+			continue
+		}
+		for _, q := range []*list[waiter]{&c.capQ, &c.globalQ} {
+			for w := q.popFront(); w != nil; w = q.popFront() {
+				if w.lease != nil {
+					leases = append(leases, w.lease)
+					w.lease = nil
+				}
+				g.waiting--
+				w.endLocked(Failed, ErrClosed, now)
+			}
+		}
+		g.fixLinesLocked(t)
+		if t.isIdle() {
+			g.markIdleLocked(t, now)
+		}
+	}
+	return leases
+}
 
 // Acquire waits for a permit for tenantID and returns it, or an error:
 //   - ErrInvalidTenant (wrapped) for an empty, over-long or malformed ID;
@@ -93,11 +126,12 @@ func (g *Gate) Capacity() int { return g.capacity }
 // ctx governs the whole admission: the Lookup, the wait for the tenant's cap
 // and the wait for global capacity. A request that fails holds nothing.
 func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
-	if g.tracer == nil {
+	tracer := g.cfg.Tracer
+	if tracer == nil {
 		var d TraceAcquireEndData
 		return g.acquire(ctx, tenantID, &d)
 	}
-	tctx := g.tracer.TraceAcquireStart(ctx, g, TraceAcquireStartData{Tenant: tenantID})
+	tctx := tracer.TraceAcquireStart(ctx, g, TraceAcquireStartData{Tenant: tenantID})
 	d := TraceAcquireEndData{Tenant: tenantID}
 	p, err := g.acquire(ctx, tenantID, &d)
 	if p.s != nil {
@@ -110,124 +144,9 @@ func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
 			p.Release() // TraceAcquireEnd panicked: nobody will ever hold p
 		}
 	}()
-	g.tracer.TraceAcquireEnd(tctx, g, d)
+	tracer.TraceAcquireEnd(tctx, g, d)
 	ended = true
 	return p, err
-}
-
-func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (Permit, error) {
-	d.Outcome = Failed
-	if len(id) == 0 || len(id) > g.cfg.MaxTenantIDLen {
-		return Permit{}, validateID(id, g.cfg.MaxTenantIDLen)
-	}
-	if err := ctx.Err(); err != nil {
-		d.Outcome = ctxOutcome(err)
-		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
-	}
-	var now int64
-	if g.cfg.Lookup != nil || g.tracer != nil || g.cfg.Adaptive.Enabled {
-		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
-	}
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return Permit{}, ErrClosed
-	}
-	t := g.tenants[id] // a tracked ID was validated when it was first seen
-	if t == nil || (g.cfg.Lookup != nil && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
-		var err error
-		if t, err = g.resolveLocked(ctx, id, t); err != nil {
-			return Permit{}, err // resolveLocked unlocked
-		}
-	}
-	if t.idleList != notIdle {
-		g.unidleLocked(t)
-	}
-	if t.planVersion != t.plan.version {
-		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
-	} else if t.reserved < min(t.plan.ReservedConns, t.cap) {
-		g.reserveLocked(t) // a reservation that did not fit may fit now
-		g.dispatchLocked() // and its waiters may go first now
-	}
-	d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
-
-	c := t.wait
-	var capQueued int // requests of t waiting for its cap
-	if c != nil {
-		capQueued = c.capQ.n
-	}
-	if g.cluster == nil && capQueued == 0 && (c == nil || c.globalQ.n == 0) {
-		if t.inUse < t.limit && g.grantableLocked(t) {
-			// The fast path: nobody of this tenant waits, its cap and global
-			// capacity have room. Hold time is measured on one permit in 16
-			// (all when traced or with a Lookup, which read the clock anyway),
-			// because reading the clock costs more than the rest of this path.
-			g.takeLocked(t)
-			p := g.newPermitLocked(t)
-			g.sampleTick++
-			sample := g.sampleTick%holdSampleEvery == 0
-			if now != 0 {
-				p.s.start, p.s.weight = now, 1
-			} else if sample {
-				p.s.start, p.s.weight = g.nowLocked(), holdSampleEvery
-			}
-			if sample {
-				g.sweepLocked(p.s.start, sweepBudget)
-			}
-			g.mu.Unlock()
-			d.Outcome = Acquired
-			return p, nil
-		}
-	}
-	withinCap := t.held() < t.limit && capQueued == 0
-	if !withinCap {
-		// Decided before anything is allocated or the clock read: a tenant
-		// flooding past its cap is exactly when rejections must be cheap.
-		// Under an adaptive limit, requests that the cap would admit wait
-		// for the effective limit outside MaxWaiting: adaptivity delays
-		// work, it never turns it away.
-		queueRoom := t.plan.MaxWaiting
-		if t.ad != nil {
-			queueRoom += max(0, t.cap-t.held())
-		}
-		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom {
-			err := &OverLimitError{Tenant: id, Limit: t.cap, RetryAfter: g.retryAfterLocked(t)}
-			t.rejected++
-			g.totals.rejected++
-			g.mu.Unlock()
-			d.Outcome = Rejected
-			return Permit{}, err
-		}
-	}
-	c = t.contended()
-	if now == 0 {
-		now = g.nowLocked()
-	}
-	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
-	if mw := t.plan.MaxWait; mw > 0 {
-		w.deadline = now + int64(mw)
-	}
-	switch {
-	case withinCap && g.cluster != nil:
-		// A tenant slot is free here; the cluster must agree.
-		w.stage, w.promoted = stageCluster, now
-		t.clusterPending++
-		g.waiting++
-		g.mu.Unlock()
-		return g.clusterStep(ctx, w, d)
-	case withinCap:
-		d.Position = c.globalQ.n + 1
-		w.stage, w.promoted = stageGlobal, now
-		c.globalQ.pushBack(w)
-		g.fixLinesLocked(t)
-	default:
-		d.Position = c.globalQ.n + c.capQ.n + 1
-		w.stage = stageCap
-		c.capQ.pushBack(w)
-	}
-	g.waiting++
-	g.mu.Unlock()
-	return g.wait(ctx, w, d)
 }
 
 const (
@@ -250,35 +169,6 @@ var (
 	grantHook                       func(g *Gate, t *tenant)
 	adminBatchHook, wakeIgnoredHook func()
 )
-
-// takeLocked counts one permit granted to t.
-func (g *Gate) takeLocked(t *tenant) {
-	if grantHook != nil {
-		grantHook(g, t)
-	}
-	if t.inUse < t.reserved {
-		g.reservedFree--
-	}
-	t.inUse++
-	if t.ad != nil {
-		t.ad.granted(t.inUse)
-	}
-	g.used++
-	t.acquired++
-	g.totals.acquired++
-}
-
-// grantWaiterLocked hands a permit, already counted by takeLocked, to w.
-func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
-	p := g.newPermitLocked(w.t)
-	p.s.start, p.s.weight = now, 1
-	p.s.lease, w.lease = w.lease, nil
-	w.permit = p
-	w.stage = stageDone
-	w.granted = now
-	g.waiting--
-	w.signal()
-}
 
 // nowLocked reads the clock and remembers the reading.
 func (g *Gate) nowLocked() int64 {

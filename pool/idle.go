@@ -10,70 +10,57 @@ package pool
 // looking at a bounded number of tenants. A tenant is thus evicted no sooner
 // than IdleTTL after it went idle.
 
+// A tenant that is busy again leaves the fresh list lazily: it stays linked,
+// marked busyInFresh, until a sweep or makeRoomLocked meets it, so that the
+// uncontended path, where a tenant goes idle and busy again with every
+// request, only flips a mark. It leaves the idle list (stamped) at once.
 const (
-	notIdle uint8 = iota
-	inFresh
-	inIdle
+	notIdle     uint8 = iota
+	inFresh           // idle, on the fresh list, not stamped yet
+	inIdle            // idle, on the idle list, stamped
+	busyInFresh       // busy, still linked on the fresh list
 )
-
-// idleList is an intrusive FIFO of tenants through tenant.idlePrev/idleNext.
-type idleList struct {
-	head, tail *tenant
-	n          int
-}
-
-func (l *idleList) pushBack(t *tenant) {
-	t.idlePrev, t.idleNext = l.tail, nil
-	if l.tail != nil {
-		l.tail.idleNext = t
-	} else {
-		l.head = t
-	}
-	l.tail = t
-	l.n++
-}
-
-func (l *idleList) remove(t *tenant) {
-	if t.idlePrev != nil {
-		t.idlePrev.idleNext = t.idleNext
-	} else {
-		l.head = t.idleNext
-	}
-	if t.idleNext != nil {
-		t.idleNext.idlePrev = t.idlePrev
-	} else {
-		l.tail = t.idlePrev
-	}
-	t.idlePrev, t.idleNext = nil, nil
-	l.n--
-}
 
 // markIdleLocked records that t went idle; now is a fresh clock reading, or 0
 // when none is at hand. A tenant already on an idle list stays where it is.
 func (g *Gate) markIdleLocked(t *tenant, now int64) {
-	if t.idleList != notIdle {
+	switch t.idleList {
+	case inFresh, inIdle:
 		return
+	case busyInFresh:
+		t.idleList = inFresh // a later sweep stamps it, no earlier than now
+	case notIdle:
+		if now != 0 {
+			t.idleSince, t.idleList = now, inIdle
+			g.idle.pushBack(&t.idleLink)
+		} else {
+			t.idleList = inFresh
+			g.fresh.pushBack(&t.idleLink)
+		}
 	}
 	if t.wait != nil {
 		t.wait.credit = 0 // a turn in the fair ring does not outlive the backlog
 	}
-	if now != 0 {
-		t.idleSince, t.idleList = now, inIdle
-		g.idle.pushBack(t)
-		return
-	}
-	t.idleList = inFresh
-	g.fresh.pushBack(t)
 }
 
+// unidleLocked records that t is busy again.
 func (g *Gate) unidleLocked(t *tenant) {
 	switch t.idleList {
 	case inFresh:
-		g.fresh.remove(t)
+		t.idleList = busyInFresh
 	case inIdle:
-		g.idle.remove(t)
+		g.idle.remove(&t.idleLink)
+		t.idleList = notIdle
 	}
-	t.idleList = notIdle
+}
+
+// dropBusyFreshLocked unlinks the busy tenants at the head of the fresh
+// list. Each was linked once, when it went idle, so this is O(1) amortized.
+func (g *Gate) dropBusyFreshLocked() {
+	for t := g.fresh.front(); t != nil && t.idleList == busyInFresh; t = g.fresh.front() {
+		g.fresh.remove(&t.idleLink)
+		t.idleList = notIdle
+	}
 }
 
 // sweepLocked stamps unstamped idle tenants and evicts expired ones, looking at
@@ -81,14 +68,17 @@ func (g *Gate) unidleLocked(t *tenant) {
 // the budget with work left.
 func (g *Gate) sweepLocked(now int64, budget int) (more bool) {
 	for i := 0; i < budget && g.fresh.head != nil; i++ {
-		t := g.fresh.head
-		g.fresh.remove(t)
+		t := g.fresh.popFront()
+		if t.idleList == busyInFresh {
+			t.idleList = notIdle
+			continue
+		}
 		t.idleSince, t.idleList = now, inIdle
-		g.idle.pushBack(t)
+		g.idle.pushBack(&t.idleLink)
 	}
 	ttl := int64(g.cfg.IdleTTL)
 	for i := 0; i < budget; i++ {
-		t := g.idle.head
+		t := g.idle.front()
 		if t == nil || now-t.idleSince < ttl {
 			return g.fresh.head != nil
 		}
@@ -99,8 +89,16 @@ func (g *Gate) sweepLocked(now int64, budget int) (more bool) {
 
 // evictLocked forgets an idle tenant.
 func (g *Gate) evictLocked(t *tenant) {
-	g.unidleLocked(t)
+	if t.idleList == inIdle {
+		g.idle.remove(&t.idleLink)
+	} else {
+		g.fresh.remove(&t.idleLink)
+	}
+	t.idleList = notIdle
 	delete(g.tenants, t.id)
+	if g.recent == t {
+		g.recent = nil
+	}
 	g.evicted++
 	if t.reserved > 0 { // inUse is 0: the whole reservation was kept free
 		g.reservedFree -= t.reserved
@@ -118,9 +116,10 @@ func (g *Gate) makeRoomLocked(now int64) bool {
 	if len(g.tenants) < g.cfg.MaxTenants {
 		return true
 	}
-	t := g.idle.head
+	t := g.idle.front()
 	if t == nil {
-		t = g.fresh.head
+		g.dropBusyFreshLocked()
+		t = g.fresh.front()
 	}
 	if t == nil {
 		return false

@@ -81,7 +81,7 @@ func (c *gatedCluster) AcquireSlot(ctx context.Context, tenant string, limit int
 func countViolations(t *testing.T) *atomic.Int64 {
 	var n atomic.Int64
 	grantHook = func(g *Gate, tn *tenant) {
-		if tn.inUse >= tn.limit || g.used >= g.capacity {
+		if tn.inUse >= tn.limit || g.used >= g.cfg.Capacity {
 			n.Add(1)
 		}
 	}
@@ -337,7 +337,7 @@ func TestSpuriousWakeIsNotAMaxWaitTimeout(t *testing.T) {
 	wakeIgnoredHook = func() { woke <- struct{}{} }
 	defer func() { wakeIgnoredHook = nil }()
 	g.mu.Lock()
-	g.tenants["a"].wait.capQ.head.signal() // a wake that changes nothing
+	g.tenants["a"].wait.capQ.head.v.signal() // a wake that changes nothing
 	g.mu.Unlock()
 	select {
 	case err := <-done:

@@ -14,8 +14,8 @@ func (g *Gate) SetTenantLimit(tenantID string, n int) error {
 	if err := validateID(tenantID, g.cfg.MaxTenantIDLen); err != nil {
 		return err
 	}
-	if n < 0 || n > g.capacity {
-		return fmt.Errorf("%w: tenant %q limit %d outside 0 to capacity %d", ErrInvalidConfig, tenantID, n, g.capacity)
+	if n < 0 || n > g.cfg.Capacity {
+		return fmt.Errorf("%w: tenant %q limit %d outside 0 to capacity %d", ErrInvalidConfig, tenantID, n, g.cfg.Capacity)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -37,7 +37,7 @@ func (g *Gate) SetTenantLimit(tenantID string, n int) error {
 // admissions go on meanwhile even with 100,000 tenants tracked; it is for
 // administrative changes, not per request.
 func (g *Gate) SetPlan(name string, p Plan) error {
-	if err := p.validate(name, g.capacity, g.cfg.MaxReserved); err != nil {
+	if err := p.validate(name, g.cfg.Capacity, g.cfg.MaxReserved); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -126,10 +126,10 @@ func (g *Gate) demoteLocked(t *tenant) {
 		return
 	}
 	for c.globalQ.n > 0 && t.held() > t.limit {
-		w := c.globalQ.tail
-		c.globalQ.remove(w)
+		w := c.globalQ.tail.v
+		c.globalQ.remove(&w.qlink)
 		w.stage, w.promoted = stageCap, 0
-		c.capQ.pushFront(w)
+		c.capQ.pushFront(&w.qlink)
 		w.signal()
 	}
 	g.fixLinesLocked(t)
@@ -166,45 +166,6 @@ func (g *Gate) retryAfterLocked(t *tenant) time.Duration {
 	}
 	d := hold * time.Duration(t.waiting()/max(1, t.limit)+1)
 	return min(max(d, time.Millisecond), g.cfg.MaxRetryAfter)
-}
-
-// Close fails every waiting request with ErrClosed and makes later Acquire
-// calls fail with it. Permits already granted stay valid; releasing them is
-// still safe.
-func (g *Gate) Close() {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return
-	}
-	g.closed = true
-	var leases []ClusterLease
-	for _, t := range g.tenants {
-		c := t.wait
-		if c == nil {
-			continue
-		}
-		for _, q := range []*waitQueue{&c.capQ, &c.globalQ} {
-			for w := q.popFront(); w != nil; w = q.popFront() {
-				w.stage, w.err = stageDone, ErrClosed
-				if w.lease != nil {
-					leases = append(leases, w.lease)
-					w.lease = nil
-				}
-				g.waiting--
-				w.signal()
-			}
-		}
-		g.fixLinesLocked(t)
-		if t.isIdle() {
-			g.markIdleLocked(t, 0)
-		}
-	}
-	g.mu.Unlock()
-	g.stopClosing() // ends the waits of requests asking the cluster
-	for _, l := range leases {
-		defer l.Release() // deferred: one that panics does not keep the others
-	}
 }
 
 // adaptiveFloorLocked is the lowest effective limit Config.Adaptive may give

@@ -44,11 +44,16 @@ func (p Permit) Release() {
 		return
 	}
 	tctx := s.ctx
-	tenantID, plan, hold, lease := g.releaseLocked(s)
+	var rd TraceReleaseData
+	if g.releaseTracer != nil {
+		rd.Tenant, rd.Plan = s.t.id, s.t.plan.name
+	}
+	hold, lease := g.releaseLocked(s)
 	g.mu.Unlock()
 	releaseLease(lease)
 	if g.releaseTracer != nil {
-		g.releaseTracer.TraceRelease(tctx, g, TraceReleaseData{Tenant: tenantID, Plan: plan, Hold: time.Duration(hold)})
+		rd.Hold = time.Duration(hold)
+		g.releaseTracer.TraceRelease(tctx, g, rd)
 	}
 }
 
@@ -60,7 +65,7 @@ func (p Permit) Release() {
 // released.
 func (p Permit) Revoked() <-chan struct{} {
 	s := p.s
-	if s == nil || s.g.cluster == nil { // cluster never changes after New: no lock on the common path
+	if s == nil || s.g.cfg.Cluster == nil { // Cluster never changes after New: no lock on the common path
 		return nil
 	}
 	g := s.g
@@ -77,9 +82,9 @@ func (p Permit) Revoked() <-chan struct{} {
 }
 
 // releaseLocked returns s's slot and capacity, serves whoever waits for them
-// and recycles s. It returns the tenant, its plan, the measured hold time (0
-// if not measured) and the cluster lease to release once unlocked.
-func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64, lease ClusterLease) {
+// and recycles s. It returns the measured hold time (0 if not measured) and
+// the cluster lease to release once unlocked.
+func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 	t := s.t
 	var now int64
 	start := s.start
@@ -107,15 +112,17 @@ func (g *Gate) releaseLocked(s *permitState) (tenantID, plan string, hold int64,
 	if t.ad != nil && start != 0 {
 		g.adaptLocked(t, start, hold, now)
 	}
-	if t.wait != nil {
-		g.fixLinesLocked(t)
-		g.promoteLocked(t)
+	if g.waiting > 0 { // else no one could be promoted or served
+		if t.wait != nil {
+			g.fixLinesLocked(t)
+			g.promoteLocked(t)
+		}
+		g.dispatchLocked()
 	}
-	g.dispatchLocked()
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
 	}
-	return t.id, t.plan.name, hold, lease
+	return hold, lease
 }
 
 // newPermitLocked returns a permit for t, reusing a released state if any.

@@ -45,10 +45,10 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			return nil, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id)
 		}
 	}
-	if answer.MaxConns < 0 || answer.MaxConns > g.capacity {
+	if answer.MaxConns < 0 || answer.MaxConns > g.cfg.Capacity {
 		g.mu.Unlock()
 		return nil, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
-			ErrInvalidConfig, id, answer.MaxConns, g.capacity)
+			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity)
 	}
 	now := g.nowLocked()
 	t := g.tenants[id] // it may have been created while the lock was released
@@ -59,6 +59,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			return nil, fmt.Errorf("%w: %d tracked and all busy", ErrTooManyTenants, n)
 		}
 		t = &tenant{id: strings.Clone(id)} // do not pin the caller's buffer
+		t.idleLink.v = t
 		g.tenants[t.id] = t
 		if len(g.tenants) > g.tenantsPeak {
 			g.tenantsPeak = len(g.tenants)

@@ -55,10 +55,10 @@ func (g *Gate) Stats() Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return Stats{
-		Capacity: g.capacity, InUse: g.used, Waiting: g.waiting,
+		Capacity: g.cfg.Capacity, InUse: g.used, Waiting: g.waiting,
 		Tenants: len(g.tenants), Reserved: g.reservedTotal,
-		Acquired: g.totals.acquired, Rejected: g.totals.rejected,
-		TimedOut: g.totals.timedOut, Cancelled: g.totals.cancelled,
+		Acquired: g.totals.outcomes[Acquired], Rejected: g.totals.outcomes[Rejected],
+		TimedOut: g.totals.outcomes[TimedOut], Cancelled: g.totals.outcomes[Cancelled],
 		WaitTime: time.Duration(g.totals.waitTotal), HoldTime: time.Duration(g.totals.holdTotal),
 		Evicted: g.evicted, ReservationsDenied: g.resDenied,
 		ClusterLocal: g.clusterLocal, ClusterErrors: g.clusterErrors,
@@ -102,7 +102,8 @@ func (t *tenant) statsLocked() TenantStats {
 	return TenantStats{
 		Tenant: t.id, Plan: t.plan.name,
 		Limit: t.cap, EffectiveLimit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
-		Acquired: t.acquired, Rejected: t.rejected, TimedOut: t.timedOut, Cancelled: t.cancelled,
+		Acquired: t.outcomes[Acquired], Rejected: t.outcomes[Rejected],
+		TimedOut: t.outcomes[TimedOut], Cancelled: t.outcomes[Cancelled],
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),
 	}

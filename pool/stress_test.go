@@ -43,9 +43,9 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 		if tn.ad != nil && tn.limit > g.adaptiveFloorLocked(tn) {
 			raisedSeen.Add(1)
 		}
-		if tn.inUse >= tn.limit || g.used >= g.capacity {
+		if tn.inUse >= tn.limit || g.used >= g.cfg.Capacity {
 			if violations.Add(1) <= 5 {
-				t.Errorf("grant to %s with %d in use of %d, gate %d of %d", tn.id, tn.inUse, tn.limit, g.used, g.capacity)
+				t.Errorf("grant to %s with %d in use of %d, gate %d of %d", tn.id, tn.inUse, tn.limit, g.used, g.cfg.Capacity)
 			}
 		}
 	}
@@ -81,7 +81,7 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 		Adaptive:  Adaptive{Enabled: adaptive, MinConns: 1, Tolerance: minAdaptiveTolerance, ProbeInterval: time.Millisecond},
 	})
 	if mc != nil {
-		g.cluster = mc
+		g.cfg.Cluster = mc
 	}
 	if err != nil {
 		t.Fatal(err)

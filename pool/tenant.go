@@ -14,6 +14,10 @@ type planState struct {
 	version uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
 }
 
+func newPlanState(name string, p Plan) *planState {
+	return &planState{name: name, Plan: p, weight: max(1, p.Weight)}
+}
+
 // tenant is the state of one tracked tenant. It is kept small (about 150
 // bytes) because up to Config.MaxTenants of them may be idle at once; what only
 // contended tenants need lives in *contention.
@@ -32,32 +36,33 @@ type tenant struct {
 	wait *contention    // guarded by Gate.mu: nil until the tenant first waits
 	ad   *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 
-	idleList           uint8   // guarded by Gate.mu: which idle list holds the tenant, if any
-	reservationDenied  bool    // guarded by Gate.mu: its reservation did not fit; counted once
-	planVersion        uint32  // guarded by Gate.mu: the plan's version its limits were computed from
-	refreshing         bool    // guarded by Gate.mu: a Lookup refresh is under way
-	idlePrev, idleNext *tenant // guarded by Gate.mu
-	idleSince          int64   // guarded by Gate.mu: clock when stamped idle
-	resolvedAt         int64   // guarded by Gate.mu: clock of the Lookup answer in use
-	avgHold            int64   // guarded by Gate.mu: moving average of measured hold times, ns
-	counters                   // guarded by Gate.mu
+	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
+	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
+	planVersion       uint32       // guarded by Gate.mu: the plan's version its limits were computed from
+	refreshing        bool         // guarded by Gate.mu: a Lookup refresh is under way
+	idleLink          link[tenant] // guarded by Gate.mu: in Gate.fresh or Gate.idle
+	idleSince         int64        // guarded by Gate.mu: clock when stamped idle
+	resolvedAt        int64        // guarded by Gate.mu: clock of the Lookup answer in use
+	avgHold           int64        // guarded by Gate.mu: moving average of measured hold times, ns
+	counters                       // guarded by Gate.mu
 }
 
 // contention is what a tenant needs while its requests wait.
 type contention struct {
-	capQ    waitQueue // requests over the tenant's cap, waiting for one of its slots
-	globalQ waitQueue // requests holding a tenant slot, waiting for global capacity
+	capQ    list[waiter] // requests over the tenant's limit, waiting for one of its slots
+	globalQ list[waiter] // requests holding a tenant slot, waiting for global capacity
 
-	ringPrev, ringNext *tenant // in the fair ring while globalQ is not empty
-	credit             int     // grants left in the tenant's turn in the ring; kept while it is backlogged
-	resPrev, resNext   *tenant // in the reserved line while globalQ is not empty and inUse < reserved
-	inRing, inRes      bool
+	ringLink      link[tenant] // in the fair ring while globalQ is not empty
+	credit        int          // grants left in the tenant's turn in the ring; kept while it is backlogged
+	resLink       link[tenant] // in the reserved line while globalQ is not empty and inUse < reserved
+	inRing, inRes bool
 }
 
 // contended returns t's contention state, creating it on t's first wait.
 func (t *tenant) contended() *contention {
 	if t.wait == nil {
 		t.wait = &contention{}
+		t.wait.ringLink.v, t.wait.resLink.v = t, t
 	}
 	return t.wait
 }
@@ -83,8 +88,8 @@ func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 }
 
 // counters are cumulative, per tenant and for the whole Gate.
 type counters struct {
-	acquired, rejected, timedOut, cancelled uint64
-	waitTotal, holdTotal                    int64 // ns
+	outcomes             [Failed]uint64 // admissions by outcome; failures are not counted
+	waitTotal, holdTotal int64          // ns
 }
 
 // validateID reports why id cannot name a tenant, or nil.

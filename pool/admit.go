@@ -1,0 +1,338 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Admission. A request passes at most three stages, and keeps what each gives
+// it until its permit is released:
+//
+//  1. tenant slot: one of its tenant's effective limit (t.limit). Over it the
+//     request is rejected (its queue is full) or waits in capQ, bounded by the
+//     plan's MaxWaiting and MaxWait.
+//  2. cluster slot, with Config.Cluster only: a lease from the limiter, asked
+//     outside the lock (stageCluster).
+//  3. shared capacity: one unit of Config.Capacity, granted in globalQ by
+//     dispatchLocked, reserved line first, then in weighted round-robin.
+//
+// A request that finds its tenant with no one waiting and both the limit and
+// capacity free takes all at once (the fast path, no waiter). Every other
+// request gets a waiter and runs admitLocked's loop, each turn acting on the
+// stage it is in, until it is granted or fails.
+//
+// Invariants, true whenever g.mu is free:
+//   - Bulkhead: t.held() (in use, in globalQ, asking the cluster) is at most
+//     t.limit, but for permits in use when a cut came (never revoked) and
+//     requests that were asking the cluster then (they recheck on return).
+//     A cut sends the latest holders in globalQ back to the front of capQ.
+//   - Waiting holds no capacity: stages 1 and 2 take no unit of it; g.used
+//     counts granted permits only and never exceeds Config.Capacity.
+//   - No barging: a request takes the fast path only when none of its
+//     tenant's requests wait, and grantableLocked lets it pass no one the
+//     fair gate would serve first; after every change that frees capacity or
+//     queues a request, dispatchLocked leaves no request in a globalQ that
+//     could be granted.
+//   - Reservations: g.reservedFree is Σ max(0, t.reserved-t.inUse), and no
+//     grant to a tenant at or over its reservation leaves fewer free units.
+//   - MaxWait counts from arrival and bounds only the time spent in capQ.
+//   - One exit: a waiter leaves through leaveLocked, which counts its outcome
+//     once, hands its lease to its permit or releases it, and gives back a
+//     grant that raced its caller's cancellation. g.waiting counts a waiter
+//     from arrival until it is granted or fails.
+
+// acquire is Acquire without the tracer: arrival, the fast path, rejection,
+// then the admission loop.
+func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (Permit, error) {
+	d.Outcome = Failed
+	if len(id) == 0 || len(id) > g.cfg.MaxTenantIDLen {
+		return Permit{}, validateID(id, g.cfg.MaxTenantIDLen)
+	}
+	if err := ctx.Err(); err != nil {
+		d.Outcome = ctxOutcome(err)
+		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
+	}
+	var now int64
+	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
+		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return Permit{}, ErrClosed
+	}
+	t := g.recent
+	if t == nil || t.id != id {
+		t = g.tenants[id] // a tracked ID was validated when it was first seen
+	}
+	if t == nil || (g.cfg.Lookup != nil && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
+		var err error
+		if t, err = g.resolveLocked(ctx, id, t); err != nil {
+			return Permit{}, err // resolveLocked unlocked
+		}
+	}
+	g.recent = t
+	if t.idleList != notIdle {
+		g.unidleLocked(t)
+	}
+	if t.planVersion != t.plan.version {
+		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
+	} else if t.reserved < min(t.plan.ReservedConns, t.cap) {
+		g.reserveLocked(t) // a reservation that did not fit may fit now
+		g.dispatchLocked() // and its waiters may go first now
+	}
+	if g.cfg.Tracer != nil {
+		d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
+	}
+
+	c := t.wait
+	if g.cfg.Cluster == nil && (c == nil || c.capQ.n+c.globalQ.n == 0) && t.inUse < t.limit && g.grantableLocked(t) {
+		// The fast path. Hold time is measured on one permit in 16 (all
+		// when traced, adaptive or with a Lookup, which read the clock
+		// anyway), because reading the clock costs more than the rest of
+		// this path.
+		g.takeLocked(t)
+		p := g.newPermitLocked(t)
+		g.countLocked(t, Acquired)
+		g.sampleTick++
+		sample := g.sampleTick%holdSampleEvery == 0
+		if now != 0 {
+			p.s.start, p.s.weight = now, 1
+		} else if sample {
+			p.s.start, p.s.weight = g.nowLocked(), holdSampleEvery
+		}
+		if sample {
+			g.sweepLocked(p.s.start, sweepBudget)
+		}
+		g.mu.Unlock()
+		d.Outcome = Acquired
+		return p, nil
+	}
+	capQueued := 0 // requests of t waiting for its limit
+	if c != nil {
+		capQueued = c.capQ.n
+	}
+	withinLimit := t.held() < t.limit && capQueued == 0
+	if !withinLimit {
+		// Decided before anything is allocated or the clock read: a tenant
+		// flooding past its cap is exactly when rejections must be cheap.
+		// Under an adaptive limit, requests that the cap would admit wait
+		// for the effective limit outside MaxWaiting: adaptivity delays
+		// work, it never turns it away.
+		queueRoom := t.plan.MaxWaiting
+		if t.ad != nil {
+			queueRoom += max(0, t.cap-t.held())
+		}
+		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom {
+			err := g.overLimitLocked(t, 0)
+			g.countLocked(t, Rejected)
+			g.mu.Unlock()
+			d.Outcome = Rejected
+			return Permit{}, err
+		}
+	}
+	c = t.contended()
+	if now == 0 {
+		now = g.nowLocked()
+	}
+	w := newWaiter(t, now)
+	switch {
+	case withinLimit && g.cfg.Cluster != nil:
+		w.stage, w.promoted = stageCluster, now
+		t.clusterPending++
+	case withinLimit:
+		d.Position = c.globalQ.n + 1
+		w.stage, w.promoted = stageGlobal, now
+		c.globalQ.pushBack(&w.qlink)
+		g.fixLinesLocked(t)
+	default:
+		d.Position = c.globalQ.n + c.capQ.n + 1
+		w.stage = stageCap
+		c.capQ.pushBack(&w.qlink)
+	}
+	g.waiting++
+	return g.admitLocked(ctx, w, d)
+}
+
+// admitLocked is the admission loop: each turn acts on the stage w is in,
+// until w is granted or fails. Called with g.mu held; returns with it released.
+func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndData) (Permit, error) {
+	var timer *time.Timer // armed when w first waits in capQ, for what is left of its MaxWait
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	var timeout <-chan time.Time
+	var ctxErr error // ctx's error as last read, outside the lock
+	for w.stage != stageDone {
+		if w.stage == stageCluster {
+			ctxErr = g.askClusterLocked(ctx, w, d)
+			continue
+		}
+		// Parked in capQ or globalQ.
+		if w.stage == stageCap && w.deadline != 0 {
+			if !w.expired && timer == nil {
+				if left := time.Duration(w.deadline - g.nowLocked()); left > 0 {
+					timer = time.NewTimer(left)
+					timeout = timer.C
+				} else {
+					w.expired = true
+				}
+			}
+			if w.expired {
+				g.failLocked(w, TimedOut, g.overLimitLocked(w.t, g.nowLocked()-w.enqueued))
+				continue
+			}
+		}
+		g.mu.Unlock()
+		fired := false
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+		case <-timeout:
+			fired, timeout = true, nil
+		}
+		ctxErr = ctx.Err()
+		g.mu.Lock()
+		switch {
+		case w.stage == stageDone || w.stage == stageCluster:
+			// Granted, failed or promoted meanwhile: the next turn acts on it.
+		case ctxErr != nil:
+			g.failLocked(w, ctxOutcome(ctxErr), ctxErr)
+		case fired:
+			// In capQ the next turn times w out. In globalQ it holds a
+			// tenant slot and waits on: MaxWait bounds only the wait for
+			// the cap, unless a cut sends it back there.
+			w.expired = true
+		case wakeIgnoredHook != nil:
+			g.mu.Unlock()
+			wakeIgnoredHook()
+			g.mu.Lock()
+		}
+	}
+	return g.leaveLocked(w, ctxErr, d)
+}
+
+// leaveLocked ends w's admission: it counts the outcome, fills the trace data
+// and releases what w does not hand to its caller. A grant that raced the
+// caller's cancellation (ctxErr) is given back. It unlocks g.mu.
+func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Permit, error) {
+	t := w.t
+	lease := w.lease // a failed request's; a granted one's went to its permit
+	w.lease = nil
+	g.fillWaitsLocked(w, d)
+	if w.err == nil && ctxErr != nil {
+		// Rather than hand a permit to a caller that has gone.
+		w.permit.s.start = 0 // never held: its ~0 hold must not count in RetryAfter's average
+		_, lease = g.releaseLocked(w.permit.s)
+		w.permit, w.outcome, w.err = Permit{}, ctxOutcome(ctxErr), ctxErr
+	}
+	g.countLocked(t, w.outcome)
+	g.mu.Unlock()
+	releaseLease(lease)
+	d.Outcome = w.outcome
+	if w.outcome == TimedOut || w.outcome == Cancelled {
+		if err, ok := w.err.(*OverLimitError); ok {
+			return Permit{}, err
+		}
+		return Permit{}, fmt.Errorf("pool: tenant %q: gave up waiting after %v: %w",
+			t.id, time.Duration(w.done-w.enqueued).Round(time.Microsecond), w.err)
+	}
+	return w.permit, w.err
+}
+
+// failLocked takes w out of its stage with outcome o and error err, giving
+// back the tenant slot it held, if any.
+func (g *Gate) failLocked(w *waiter, o Outcome, err error) {
+	t, c := w.t, w.t.wait
+	switch w.stage {
+	case stageCap:
+		c.capQ.remove(&w.qlink)
+	case stageGlobal:
+		c.globalQ.remove(&w.qlink)
+		g.fixLinesLocked(t)
+		fallthrough
+	case stageCluster: // its caller counted it out of clusterPending
+		g.promoteLocked(t)
+		g.dispatchLocked() // for a promoted request that kept its cluster lease
+	}
+	now := g.nowLocked()
+	g.waiting--
+	w.endLocked(o, err, now)
+	if t.isIdle() {
+		g.markIdleLocked(t, now)
+	}
+}
+
+// takeLocked counts one permit granted to t.
+func (g *Gate) takeLocked(t *tenant) {
+	if grantHook != nil {
+		grantHook(g, t)
+	}
+	if t.inUse < t.reserved {
+		g.reservedFree--
+	}
+	t.inUse++
+	if t.ad != nil {
+		t.ad.granted(t.inUse)
+	}
+	g.used++
+}
+
+// grantWaiterLocked hands a permit, already counted by takeLocked, to w.
+func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
+	p := g.newPermitLocked(w.t)
+	p.s.start, p.s.weight = now, 1
+	p.s.lease, w.lease = w.lease, nil
+	w.permit = p
+	g.waiting--
+	w.endLocked(Acquired, nil, now)
+}
+
+// countLocked counts one admission of t that ended with outcome o.
+func (g *Gate) countLocked(t *tenant, o Outcome) {
+	if o < Failed {
+		t.outcomes[o]++
+		g.totals.outcomes[o]++
+	}
+}
+
+// overLimitLocked is the error for a request of t refused after waiting
+// waited ns (0 when refused on arrival).
+func (g *Gate) overLimitLocked(t *tenant, waited int64) *OverLimitError {
+	return &OverLimitError{Tenant: t.id, Limit: t.cap, RetryAfter: g.retryAfterLocked(t), Waited: time.Duration(waited)}
+}
+
+func ctxOutcome(err error) Outcome {
+	if err == context.DeadlineExceeded {
+		return TimedOut
+	}
+	return Cancelled
+}
+
+// fillWaitsLocked records w's wait in the trace data and the wait totals.
+func (g *Gate) fillWaitsLocked(w *waiter, d *TraceAcquireEndData) {
+	end := w.done
+	if end == 0 {
+		end = g.lastNow
+	}
+	if w.promoted != 0 {
+		d.TenantWait = time.Duration(w.promoted - w.enqueued)
+		d.GlobalWait = time.Duration(end - w.promoted - w.clusterWait)
+	} else {
+		d.TenantWait = time.Duration(end - w.enqueued)
+	}
+	d.ClusterWait = time.Duration(w.clusterWait)
+	waited := end - w.enqueued
+	w.t.waitTotal += waited
+	g.totals.waitTotal += waited
+}
+
+// releaseLease returns a cluster lease, if there is one.
+func releaseLease(l ClusterLease) {
+	if l != nil {
+		l.Release()
+	}
+}
