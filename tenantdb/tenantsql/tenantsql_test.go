@@ -329,3 +329,38 @@ func TestClosedPool(t *testing.T) {
 		t.Fatalf("Ping after Close: %v; want ErrClosed", err)
 	}
 }
+
+// TestMaxOpenConnsQueue checks the connections database/sql's own opener
+// makes for callers queued behind SetMaxOpenConns, with no tenant in their
+// context: each is bound by the queued call's tenant, whose statement sees
+// its own setting, and nothing stays held.
+func TestMaxOpenConnsQueue(t *testing.T) {
+	dsn := setupRLS(t)
+	p := newPool(t, dsn, 2, tenantdb.Plan{MaxConns: 1}, rlsSession)
+	db := openDB(t, p)
+	db.SetMaxOpenConns(1)
+	tx, err := db.BeginTx(as("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		var s string
+		err := db.QueryRowContext(as("b"), "select current_setting('app.tenant_id')").Scan(&s)
+		errc <- err
+		got <- s
+	}()
+	eventually(t, "tenant b waits in database/sql's queue", func() bool { return db.Stats().WaitCount == 1 })
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns: %v", err)
+	}
+	if s := <-got; s != "b" {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns saw setting %q; want b", s)
+	}
+	assertReleased(t, p, "a")
+	assertReleased(t, p, "b")
+}
