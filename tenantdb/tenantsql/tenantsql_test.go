@@ -316,22 +316,6 @@ func TestNoConnectionMovesBetweenTenants(t *testing.T) {
 	assertReleased(t, p, "b")
 }
 
-// TestScopeTransactionRefused checks that a Pool whose Session is scoped to
-// transactions refuses database/sql statements with ErrScopeTransaction
-// instead of running them without the tenant's setting, and holds nothing.
-func TestScopeTransactionRefused(t *testing.T) {
-	p := newPool(t, "", 2, tenantdb.Plan{MaxConns: 1},
-		tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction})
-	db := openDB(t, p)
-	if _, err := db.ExecContext(as("a"), "select 1"); !errors.Is(err, tenantsql.ErrScopeTransaction) {
-		t.Fatalf("a statement with ScopeTransaction: %v; want ErrScopeTransaction", err)
-	}
-	if err := db.Ping(); err != nil {
-		t.Fatalf("a health check with ScopeTransaction: %v", err)
-	}
-	assertReleased(t, p, "a")
-}
-
 // TestClosedPool checks that statements after the Pool's Close fail with
 // ErrClosed, not a retried bad connection.
 func TestClosedPool(t *testing.T) {
@@ -344,4 +328,39 @@ func TestClosedPool(t *testing.T) {
 	if err := db.Ping(); !errors.Is(err, tenantdb.ErrClosed) {
 		t.Fatalf("Ping after Close: %v; want ErrClosed", err)
 	}
+}
+
+// TestMaxOpenConnsQueue checks the connections database/sql's own opener
+// makes for callers queued behind SetMaxOpenConns, with no tenant in their
+// context: each is bound by the queued call's tenant, whose statement sees
+// its own setting, and nothing stays held.
+func TestMaxOpenConnsQueue(t *testing.T) {
+	dsn := setupRLS(t)
+	p := newPool(t, dsn, 2, tenantdb.Plan{MaxConns: 1}, rlsSession)
+	db := openDB(t, p)
+	db.SetMaxOpenConns(1)
+	tx, err := db.BeginTx(as("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		var s string
+		err := db.QueryRowContext(as("b"), "select current_setting('app.tenant_id')").Scan(&s)
+		errc <- err
+		got <- s
+	}()
+	eventually(t, "tenant b waits in database/sql's queue", func() bool { return db.Stats().WaitCount == 1 })
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns: %v", err)
+	}
+	if s := <-got; s != "b" {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns saw setting %q; want b", s)
+	}
+	assertReleased(t, p, "a")
+	assertReleased(t, p, "b")
 }
