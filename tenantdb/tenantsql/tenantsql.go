@@ -83,6 +83,9 @@ func OpenDB(p *tenantdb.Pool, opts ...Option) *sql.DB {
 // report themselves invalid when database/sql would keep them, so no tenant's
 // connection is ever handed to another.
 func NewConnector(p *tenantdb.Pool, opts ...Option) driver.Connector {
+	if p == nil {
+		panic("tenantsql: a nil *tenantdb.Pool")
+	}
 	c := &connector{p: p}
 	for _, o := range opts {
 		o(c)

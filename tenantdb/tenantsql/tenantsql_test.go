@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
@@ -128,7 +131,8 @@ func TestNoTenant(t *testing.T) {
 // TestTxAndConnHoldTheSlot checks that an sql.Tx and an sql.Conn hold their
 // tenant's slot for their lifetime and give it back on Commit, Rollback and
 // Close; that a Conn opened without a tenant is bound by its first statement;
-// and that a statement with another tenant's context on them is refused.
+// that a Conn's Raw gives the pgx connection (CopyFrom runs on it); and that
+// a statement with another tenant's context on them is refused.
 func TestTxAndConnHoldTheSlot(t *testing.T) {
 	p := newPool(t, "", 4, tenantdb.Plan{MaxConns: 2}, tenantdb.Session{})
 	db := openDB(t, p)
@@ -163,6 +167,9 @@ func TestTxAndConnHoldTheSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.ExecContext(as("a"), "create temp table tenantsql_copy (n int)"); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if _, err := c.ExecContext(as("a"), "select 1"); err != nil {
 			t.Fatal(err)
@@ -173,6 +180,18 @@ func TestTxAndConnHoldTheSlot(t *testing.T) {
 	}
 	if err := c.PingContext(as("a")); err != nil {
 		t.Fatal(err)
+	}
+	err = c.Raw(func(dc any) error {
+		pc := dc.(interface{ Conn() *pgx.Conn }).Conn()
+		n, err := pc.CopyFrom(context.Background(), pgx.Identifier{"tenantsql_copy"}, []string{"n"},
+			pgx.CopyFromRows([][]any{{1}, {2}}))
+		if err == nil && n != 2 {
+			err = fmt.Errorf("copied %d rows; want 2", n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("CopyFrom on the pgx connection of a Conn's Raw: %v", err)
 	}
 	c.Close()
 	assertReleased(t, p, "a")
