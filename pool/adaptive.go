@@ -2,7 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -254,8 +253,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 // tolerated is the longest hold, in ns, not taken for queueing at the
 // current limit: Tolerance times the baseline, or, when the limit is well
 // above the one the baseline was measured at, the baseline grown in
-// proportion to the limit, over the square root of Tolerance (so extra
-// permits must add about 14% throughput at the default 1.3). Holds that grow as fast as the
+// proportion to the limit, over Tolerance. Holds that grow as fast as the
 // limit mean more permits bring no more throughput (the tenant only queues
 // itself); holds that grow slower mean each extra permit still gets work
 // done, as a tenant sharing a saturated core with others gets a larger
@@ -264,7 +262,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
 	factor := cfg.Tolerance
 	if a.baseLimit > 0 {
-		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/math.Sqrt(cfg.Tolerance))
+		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/cfg.Tolerance)
 	}
 	return int64(float64(a.baseline)*factor) + inflationSlack
 }
