@@ -329,13 +329,15 @@ func medianOf(xs []float64) float64 {
 // three rounds, up to two more run within cpuBudget. If they are still
 // missed, the test fails, unless most rounds' own probes showed a
 // disturbance from outside (see cpuRound.disturbed): then it skips, saying
-// so. The mechanism is judged after every round and fails the test at once.
+// so. The mechanism is judged with the targets and fails the test whatever
+// the targets.
 func TestAdaptiveLimitsIsolateCPUBoundLoad(t *testing.T) {
 	pg := startCPUPostgres(t)
 	var (
 		rounds    []cpuRound
 		floor     time.Duration // the lowest unloaded median seen
 		disturbed int
+		dist      []bool // by round
 		missed    []string
 	)
 	start := time.Now()
@@ -362,19 +364,26 @@ func TestAdaptiveLimitsIsolateCPUBoundLoad(t *testing.T) {
 		}
 		logCPURound(t, i+1, r)
 		rounds = append(rounds, r)
-		if r.disturbed(floor) {
+		dist = append(dist, r.disturbed(floor))
+		if dist[len(dist)-1] {
 			disturbed++
-		}
-		if mechanism(t, rounds); t.Failed() {
-			return
 		}
 		if len(rounds) < 3 && time.Since(start) < cpuBudget {
 			continue
+		}
+		if mechanism(t, rounds, dist); t.Failed() {
+			return
 		}
 		if missed = cpuTargets(rounds); len(missed) == 0 {
 			return
 		}
 		t.Logf("after %d rounds (%d disturbed from outside) missed: %s", len(rounds), disturbed, strings.Join(missed, "; "))
+	}
+	if mechanism(t, rounds, dist); t.Failed() {
+		return
+	}
+	if missed = cpuTargets(rounds); len(missed) == 0 {
+		return
 	}
 	if 2*disturbed > len(rounds) {
 		t.Skipf("%d of %d rounds were disturbed from outside (the core was shared, or the quiet tenant alone moved); "+
@@ -419,28 +428,33 @@ func logCPURound(t *testing.T, i int, r cpuRound) {
 }
 
 // mechanism fails the test if the rounds do not show what the targets are
-// about, however disturbed the machine: the plan's cap visibly worse than
-// the best static cap (median over rounds of its quiet p50 at least 1.5x
-// the best's), or the noisy tenant does not load the core enough to tell
-// anything; and the adaptive limit held below the cap (the median over
-// rounds of its median effective limit). Even with other work sharing the
+// about. The adaptive limit must be held below the cap (the median over
+// rounds of its median effective limit): even with other work sharing the
 // core, ten scans at once inflate a scan's time enough to be cut; how far
 // down it is held is a target (cpuTargets), as outside load on the core
-// rightly lets it hold more.
-func mechanism(t *testing.T, rounds []cpuRound) {
+// rightly lets it hold more. And in the rounds that no outside load
+// disturbed, the plan's cap must be visibly worse than the best static cap
+// (median quiet p50 at least 1.5x the best's), or the noisy tenant does
+// not load the core enough to prove anything; a disturbed round cannot
+// tell (the quiet tenant's own reads pile up whatever the cap).
+func mechanism(t *testing.T, rounds []cpuRound, disturbed []bool) {
 	t.Helper()
 	var planRatios, limits []float64
-	for _, r := range rounds {
+	for i, r := range rounds {
 		plan := r.static[len(cpuStaticCaps)-1]
-		planRatios = append(planRatios, float64(plan.p50)/float64(r.best(p50Of)))
+		if !disturbed[i] {
+			planRatios = append(planRatios, float64(plan.p50)/float64(r.best(p50Of)))
+		}
 		limits = append(limits, float64(r.adaptive.medLimit))
 		if plan.medLimit != perTenantCap {
 			t.Errorf("static cap %d: effective limit median %d", perTenantCap, plan.medLimit)
 		}
 	}
-	if med := medianOf(planRatios); med < 1.5 {
-		t.Errorf("static cap %d: quiet p50 only %.2fx the best static cap's (median of %.2f): "+
-			"the noisy tenant does not load the core enough to prove anything", perTenantCap, med, planRatios)
+	if len(planRatios) > 0 {
+		if med := medianOf(planRatios); med < 1.5 {
+			t.Errorf("static cap %d: quiet p50 only %.2fx the best static cap's (median of %.2f over the undisturbed rounds): "+
+				"the noisy tenant does not load the core enough to prove anything", perTenantCap, med, planRatios)
+		}
 	}
 	if med := medianOf(limits); med >= perTenantCap {
 		t.Errorf("adaptive: effective limit medians %v, at the cap %d: the controller does not hold a CPU-bound tenant down", limits, perTenantCap)
