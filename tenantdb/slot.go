@@ -2,6 +2,7 @@ package tenantdb
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -14,9 +15,10 @@ import (
 // Pool.Pgxpool with the same context (so that Config.Session sets the
 // tenant's state), and give both back. A Slot is for one connection.
 type Slot struct {
-	permit pool.Permit
-	g      *revokeGuard // nil without a revocable cluster lease
-	tenant string
+	permit  pool.Permit
+	g       *revokeGuard // nil without a revocable cluster lease
+	tenant  string
+	session *sessionSetup // the Pool's, for LocalSettings
 }
 
 // Admit takes a slot for the tenant in ctx, as every Pool call does first:
@@ -30,7 +32,7 @@ func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
 	}
 	id, _ := TenantFrom(ctx)
 	_, g := guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
-	return &Slot{permit: permit, g: g, tenant: id}, nil
+	return &Slot{permit: permit, g: g, tenant: id, session: p.session}, nil
 }
 
 // Tenant returns the tenant the slot was taken for.
@@ -69,4 +71,21 @@ func (s *Slot) Detach() { s.g.stop() }
 func (s *Slot) Release() {
 	s.g.stop()
 	s.permit.Release()
+}
+
+// LocalSettings returns the statement that sets the slot's tenant's values
+// (Config.Session) for the current transaction, as the pgx API sends with
+// every statement under ScopeTransaction, for an adapter to run first in
+// each transaction its statements run in. It returns "" when the Pool's
+// Session is not scoped to transactions or sets nothing; its error is
+// Session.SearchPath's.
+func (s *Slot) LocalSettings() (string, error) {
+	if !s.session.transactional() {
+		return "", nil
+	}
+	exprs, err := s.session.values(s.tenant, true)
+	if err != nil || len(exprs) == 0 {
+		return "", err
+	}
+	return "select " + strings.Join(exprs, ", "), nil
 }

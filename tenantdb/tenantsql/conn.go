@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
@@ -14,9 +15,10 @@ import (
 // the shared pgxpool, or, until a statement brings a tenant, nothing.
 // database/sql calls it from one goroutine at a time.
 type conn struct {
-	c    *connector
-	slot *tenantdb.Slot // nil until bound
-	pg   *stdlib.Conn   // nil until bound
+	c     *connector
+	slot  *tenantdb.Slot // nil until bound
+	pg    *stdlib.Conn   // nil until bound
+	local string         // with ScopeTransaction, the statement that sets the tenant's values; else ""
 }
 
 var (
@@ -35,11 +37,13 @@ var (
 // ctx. Its errors are tenantdb's (ErrNoTenant, *OverLimitError, ErrClosed)
 // or the acquire's, never driver.ErrBadConn.
 func (cn *conn) bind(ctx context.Context) error {
-	if s := cn.c.p.Session(); s.Scope == tenantdb.ScopeTransaction && (s.TenantSetting != "" || s.SearchPath != nil) {
-		return ErrScopeTransaction
-	}
 	slot, err := cn.c.p.Admit(ctx)
 	if err != nil {
+		return err
+	}
+	local, err := slot.LocalSettings()
+	if err != nil {
+		slot.Release()
 		return err
 	}
 	dc, err := cn.c.pg.Connect(ctx)
@@ -49,7 +53,7 @@ func (cn *conn) bind(ctx context.Context) error {
 	}
 	pg := dc.(*stdlib.Conn)
 	slot.Attach(pg.Conn().PgConn())
-	cn.slot, cn.pg = slot, pg
+	cn.slot, cn.pg, cn.local = slot, pg, local
 	return nil
 }
 
@@ -92,7 +96,10 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 		return nil, err
 	}
 	st, err := cn.pg.PrepareContext(ctx, query)
-	return st, cn.wrap(err)
+	if err != nil || cn.local == "" {
+		return st, cn.wrap(err)
+	}
+	return &localStmt{Stmt: st.(*stdlib.Stmt), cn: cn, query: query}, nil
 }
 
 // Close returns the shared connection to the pgxpool and the slot to the
@@ -117,12 +124,23 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		return nil, err
 	}
 	tx, err := cn.pg.BeginTx(ctx, opts)
-	return tx, cn.wrap(err)
+	if err != nil || cn.local == "" {
+		return tx, cn.wrap(err)
+	}
+	if _, err := cn.pg.Conn().Exec(ctx, cn.local); err != nil {
+		_ = tx.Rollback()
+		return nil, cn.wrap(err)
+	}
+	return tx, nil
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if err := cn.ready(ctx); err != nil {
 		return nil, err
+	}
+	if cn.local != "" && cn.idle() {
+		res, err := cn.execLocal(ctx, query, args)
+		return res, cn.wrap(err)
 	}
 	res, err := cn.pg.ExecContext(ctx, query, args)
 	return res, cn.wrap(err)
@@ -131,6 +149,10 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if err := cn.ready(ctx); err != nil {
 		return nil, err
+	}
+	if cn.local != "" && cn.idle() {
+		rows, err := cn.queryLocal(ctx, query, args)
+		return rows, cn.wrap(err)
 	}
 	rows, err := cn.pg.QueryContext(ctx, query, args)
 	return rows, cn.wrap(err)
@@ -147,6 +169,19 @@ func (cn *conn) Ping(ctx context.Context) error {
 		return tenantdb.ErrRevoked
 	}
 	return cn.pg.Ping(ctx)
+}
+
+// Conn returns the pgx connection under the database/sql connection, for
+// pgx features database/sql lacks (CopyFrom, batches) through sql.Conn.Raw:
+// dc.(interface{ Conn() *pgx.Conn }).Conn(). It is nil until a statement
+// with a tenant bound the connection (db.Conn with a tenant binds it at
+// once). Statements sent on it directly do not get ScopeTransaction's
+// setting.
+func (cn *conn) Conn() *pgx.Conn {
+	if cn.pg == nil {
+		return nil
+	}
+	return cn.pg.Conn()
 }
 
 // CheckNamedValue accepts every argument, as stdlib.Conn does: pgx encodes

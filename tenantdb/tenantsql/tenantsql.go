@@ -12,18 +12,30 @@
 // pgxpool, acquired with the same context so that Config.Session sets the
 // tenant's state on it. Both go back when database/sql closes the connection:
 // when the Rows are closed (Row.Scan closes them), when the Tx commits or
-// rolls back, when the Conn is closed, when ExecContext returns. A call
-// without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
+// rolls back, when the Conn is closed, when ExecContext returns.
+//
+// With tenantdb.ScopeTransaction the tenant's values are set
+// transaction-locally in every transaction a statement runs in, so that they
+// hold behind a transaction-pooling proxy: an ExecContext outside a
+// transaction carries them in its implicit transaction, a QueryContext
+// outside one runs in a transaction committed when its Rows are closed,
+// BeginTx sets them after BEGIN, and prepared statements take the same
+// paths. A transaction begun with an SQL BEGIN of your own does not get them.
+//
+// A call without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
 // health check as tenantdb.Pool.Ping is. Over-limit, no-tenant and
 // closed-pool errors reach the caller as tenantdb's own errors, never as
-// driver.ErrBadConn, so database/sql does not retry them.
+// driver.ErrBadConn, so database/sql does not retry them. When a tenant's
+// cluster-wide slot is revoked (tenantdb.ErrRevoked), the statement running
+// on its connection is cancelled and later ones on it are refused.
 //
 // database/sql never keeps a connection idle here, so none can pass from one
 // tenant to another inside its pool: the shared pgxpool keeps the idle
 // connections, as with pgx's stdlib.OpenDBFromPool. Leave SetMaxOpenConns
 // unset: the tenants' caps and the pgxpool's MaxConns bound the connections,
-// and database/sql's own queue would wait in front of them without knowing
-// tenants.
+// and database/sql's own queue would serve tenants first come, first served
+// in front of them (it works: a connection database/sql opens for a queued
+// call takes that call's tenant with its first statement).
 //
 // This package imports only database/sql, pgx's stdlib and tenantdb: the ORM
 // and the migration tool are the caller's.
@@ -39,14 +51,6 @@ import (
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
-
-// ErrScopeTransaction is returned by every statement of a *sql.DB opened on
-// a Pool whose Config.Session sets state with Scope ScopeTransaction:
-// database/sql runs statements outside transactions, where a
-// transaction-local setting would not apply, so the tenant's row-level
-// security setting and search_path would be missing. Use ScopeSession (a
-// direct connection or session pooling) for database/sql.
-var ErrScopeTransaction = errors.New("tenantsql: Session.Scope ScopeTransaction is not supported through database/sql; use ScopeSession")
 
 // ErrTenantMismatch is returned by a statement run on a connection held for
 // one tenant (an sql.Tx, an sql.Conn) with a context that carries another:
@@ -79,6 +83,9 @@ func OpenDB(p *tenantdb.Pool, opts ...Option) *sql.DB {
 // report themselves invalid when database/sql would keep them, so no tenant's
 // connection is ever handed to another.
 func NewConnector(p *tenantdb.Pool, opts ...Option) driver.Connector {
+	if p == nil {
+		panic("tenantsql: a nil *tenantdb.Pool")
+	}
 	c := &connector{p: p}
 	for _, o := range opts {
 		o(c)

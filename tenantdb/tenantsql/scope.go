@@ -1,0 +1,124 @@
+package tenantsql
+
+import (
+	"context"
+	"database/sql/driver"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// commitTimeout bounds the COMMIT sent when a query's rows are closed, which
+// database/sql does without a context.
+const commitTimeout = 5 * time.Second
+
+// idle reports whether the connection is outside a transaction.
+func (cn *conn) idle() bool { return cn.pg.Conn().PgConn().TxStatus() == 'I' }
+
+// execLocal runs query after the tenant's setting in one implicit
+// transaction. Without arguments it keeps pgx's simple protocol, as
+// stdlib's ExecContext does, so that query may hold several statements.
+func (cn *conn) execLocal(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c := cn.pg.Conn()
+	var tag pgconn.CommandTag
+	var err error
+	if len(args) == 0 {
+		tag, err = c.Exec(ctx, cn.local+";\n"+query)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(cn.local)
+		b.Queue(query, values(args)...)
+		br := c.SendBatch(ctx, b)
+		if _, err = br.Exec(); err == nil {
+			tag, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn // nothing was sent: database/sql may retry on a new connection
+		}
+		return nil, err
+	}
+	return driver.RowsAffected(tag.RowsAffected()), nil
+}
+
+// queryLocal opens a transaction with the tenant's setting and runs query
+// in it; the rows commit it when closed.
+func (cn *conn) queryLocal(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c := cn.pg.Conn()
+	if _, err := c.Exec(ctx, "begin;\n"+cn.local); err != nil {
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn
+		}
+		cn.endLocal("rollback")
+		return nil, err
+	}
+	rows, err := cn.pg.QueryContext(ctx, query, args)
+	if err != nil {
+		cn.endLocal("rollback")
+		return nil, err
+	}
+	return &localRows{Rows: rows.(*stdlib.Rows), cn: cn}, nil
+}
+
+// endLocal ends queryLocal's transaction with "commit" or "rollback". A
+// connection it cannot end goes back to pgxpool in a transaction, which
+// destroys it.
+func (cn *conn) endLocal(sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	_, err := cn.pg.Conn().Exec(ctx, sql)
+	return err
+}
+
+// localRows are a query's rows in queryLocal's transaction. Embedding
+// *stdlib.Rows keeps its optional interfaces (column types and names).
+type localRows struct {
+	*stdlib.Rows
+	cn   *conn
+	done bool
+}
+
+// Close closes the rows and commits their transaction (a failed one rolls
+// back).
+func (r *localRows) Close() error {
+	err := r.Rows.Close()
+	if r.done {
+		return err
+	}
+	r.done = true
+	if cerr := r.cn.endLocal("commit"); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// localStmt is a prepared statement that runs through the connection's
+// ScopeTransaction paths.
+type localStmt struct {
+	*stdlib.Stmt
+	cn    *conn
+	query string
+}
+
+func (s *localStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.cn.ExecContext(ctx, s.query, args)
+}
+
+func (s *localStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.cn.QueryContext(ctx, s.query, args)
+}
+
+// values returns the arguments' values, as stdlib passes them to pgx.
+func values(args []driver.NamedValue) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a.Value
+	}
+	return out
+}
