@@ -140,6 +140,13 @@ var stateCases = []stateCase{
 		probe: "select current_setting('statement_timeout')",
 	},
 	{
+		// The server ends the session a millisecond after a's request:
+		// b's request goes on another connection.
+		name:  "idle_session_timeout",
+		leave: "set idle_session_timeout = 1",
+		probe: "select current_setting('idle_session_timeout')",
+	},
+	{
 		name:  "search_path",
 		leave: "set search_path = tenant_a, public",
 		probe: "select current_setting('search_path') || ' finds items in ' || coalesce(to_regclass('items')::text, 'no schema')",
