@@ -135,6 +135,7 @@ type adaptiveLimit struct {
 	limit     int   // current limit, within [floor, cap]
 	slowStart bool  // double on growth (until the first cut)
 	baseline  int64 // ns: shortest hold seen; 0 until the first sample
+	baseLimit int   // the limit when the baseline was set
 	measured  int64 // clock when the baseline was last set
 	// changed is the clock of the last limit change: permits granted before
 	// it are not in the window, unless the change was a rise (not cut) and
@@ -181,7 +182,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	floor = min(floor, cap)
 	hold = max(hold, 1)
 	if hold < a.baseline || a.baseline == 0 {
-		a.baseline, a.measured = hold, now
+		a.baseline, a.measured, a.baseLimit = hold, now, a.limit
 	}
 	if start < a.changed && (a.cut || start < a.prevChanged) {
 		// Granted under an earlier limit. After a rise, permits of the
@@ -215,7 +216,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if stale && old <= floor {
 		// A window at the floor measures the baseline again: a probe's, or
 		// that of a tenant that never needed more.
-		a.baseline, a.measured, stale = a.winMin, now, false
+		a.baseline, a.measured, a.baseLimit, stale = a.winMin, now, old, false
 	}
 	tolerated := a.tolerated(cfg)
 	if !stale && a.winMin > tolerated && a.n < minInflatedSamples {
@@ -234,7 +235,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// permit of its own running, the hold is what one of this tenant's
 		// queries takes now (other tenants or the machine are slower). It
 		// becomes the baseline, as a probe's window would.
-		a.baseline, a.measured = a.winMin, now
+		a.baseline, a.measured, a.baseLimit = a.winMin, now, old
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
@@ -249,9 +250,21 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	return a.limit
 }
 
-// tolerated is the longest hold, in ns, not taken for queueing.
+// tolerated is the longest hold, in ns, not taken for queueing at the
+// current limit: Tolerance times the baseline, or, when the limit is well
+// above the one the baseline was measured at, the baseline grown in
+// proportion to the limit, over Tolerance. Holds that grow as fast as the
+// limit mean more permits bring no more throughput (the tenant only queues
+// itself); holds that grow slower mean each extra permit still gets work
+// done, as a tenant sharing a saturated core with others gets a larger
+// share of it by running more at once, and cutting it would only queue its
+// requests at the gate while the others take the core.
 func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
-	return int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+	factor := cfg.Tolerance
+	if a.baseLimit > 0 {
+		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/cfg.Tolerance)
+	}
+	return int64(float64(a.baseline)*factor) + inflationSlack
 }
 
 // grow raises the limit after a used window without inflation: doubling in

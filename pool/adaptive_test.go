@@ -234,15 +234,17 @@ func TestAdaptiveLimitProbeFollowsDriftUpwards(t *testing.T) {
 	if limits[len(limits)-1] != 10 {
 		t.Fatalf("did not reach the cap before the drift: %v", limits)
 	}
-	// Everything now takes three times as long, however much runs: that is
-	// not queueing, but it looks like it until the baseline is measured again.
-	limits, now = simulate(a, cfg, 2, 10, 3, now, waitingType(300*time.Millisecond))
+	// Everything now takes five times as long, however much runs: that is
+	// not queueing, but with holds grown as much as the limit over the one
+	// the baseline was measured at (2 to 10) it looks like it until the
+	// baseline is measured again.
+	limits, now = simulate(a, cfg, 2, 10, 3, now, waitingType(500*time.Millisecond))
 	if limits[len(limits)-1] != 2 {
-		t.Fatalf("a tripled hold time did not cut to the floor: %v", limits)
+		t.Fatalf("a fivefold hold time did not cut to the floor: %v", limits)
 	}
-	limits, _ = simulate(a, cfg, 2, 10, 60, now, waitingType(300*time.Millisecond))
-	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(300*time.Millisecond) {
-		t.Fatalf("after a probe: limit %d (want 10), baseline %v (want 300ms); %v", last, time.Duration(a.baseline), limits)
+	limits, _ = simulate(a, cfg, 2, 10, 50, now, waitingType(500*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(500*time.Millisecond) {
+		t.Fatalf("after a probe: limit %d (want 10), baseline %v (want 500ms); %v", last, time.Duration(a.baseline), limits)
 	}
 }
 
@@ -556,5 +558,27 @@ func TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline(t *testing.T) {
 	}
 	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(20*time.Millisecond) {
 		t.Fatalf("limit %d (want the cap), baseline %v (want 20ms) after 40 rounds; %v", last, time.Duration(a.baseline), limits)
+	}
+}
+
+// TestAdaptiveLimitKeepsPermitsThatStillAddThroughput: a tenant sharing a
+// saturated core with someone else's work gets a bigger share of it by
+// running more at once; its holds grow, but slower than its concurrency
+// (processor sharing with one outside job: n at once take (n+1)/2 times
+// as long as one), so every permit still adds throughput and none is cut.
+// A tenant alone on the core (n at once take n times as long) is cut.
+func TestAdaptiveLimitKeepsPermitsThatStillAddThroughput(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	shared := func(n int) time.Duration { return time.Duration(n+1) * 50 * time.Millisecond }
+	a := newAdaptiveLimit(1, 1)
+	limits, _ := simulate(a, cfg, 1, 4, 20, 1, shared)
+	if last := limits[len(limits)-1]; last != 4 {
+		t.Fatalf("sharing a core with one outside job: limits %v, want the cap 4", limits)
+	}
+	b := newAdaptiveLimit(1, 1)
+	limits, _ = simulate(b, cfg, 1, 4, 20, 1, cpuBound(50*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 1 {
+		t.Fatalf("alone on the core: limits %v, want 1", limits)
 	}
 }

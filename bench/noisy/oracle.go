@@ -37,11 +37,14 @@ const oracleTarget = 1.2
 
 // Workload sizes: a burst of scans is about oracleScanWork of one core's
 // time (so a round takes about as long on a slow machine as on a fast one),
-// sleeps are oracleSleepN waits of oracleSleep.
+// sleeps are oracleSleepN waits of oracleSleep (20 rounds at the cap of 10,
+// so the adaptive limit's slow start, 1, 2, 4, 8, is a small part of it),
+// and oracleMixSleeps in each burst of waits of oracle-mix.
 const (
-	oracleScanWork = 4 * time.Second
-	oracleSleepN   = 40
-	oracleSleep    = 100 * time.Millisecond
+	oracleScanWork  = 4 * time.Second
+	oracleSleepN    = 200
+	oracleMixSleeps = 20
+	oracleSleep     = 100 * time.Millisecond
 )
 
 // noisyLoad is an oracle workload's noisy side: it sends its queries through
@@ -94,7 +97,7 @@ var oracleWorkloads = map[string]noisyLoad{
 		start := time.Now()
 		for range 2 {
 			sendAtOnce(ctx, p, "noisy", max(1, scans/2), scanSQL, out, mu, start)
-			sendAtOnce(ctx, p, "noisy", oracleSleepN/2, waitSQL, out, mu, start)
+			sendAtOnce(ctx, p, "noisy", oracleMixSleeps, waitSQL, out, mu, start)
 		}
 		return nil
 	},
