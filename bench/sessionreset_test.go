@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,11 @@ func BenchmarkSessionReset(b *testing.B) {
 			if alternate {
 				name = s.name + "/alternating"
 			}
-			cfg := tenantdb.Config{Plans: map[string]tenantdb.Plan{"standard": {MaxConns: 1}}, Session: s.session}
+			cfg := tenantdb.Config{
+				Plans:   map[string]tenantdb.Plan{"standard": {MaxConns: 1}},
+				Session: s.session,
+				Logger:  slog.New(slog.DiscardHandler), // one tenant may hold the one connection: on purpose
+			}
 			p, err := tenantdb.New(context.Background(), oneConn(writes), cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -29,7 +29,9 @@ type Adaptive struct {
 	// MinConns is the floor of every tenant's effective limit, and where a
 	// tenant starts: a limit is only raised on evidence. A tenant's floor is
 	// never above its cap, and never below its plan's ReservedConns (so a
-	// reservation stays usable). Default 2.
+	// reservation stays usable). Default 1: against a database with one core,
+	// one CPU-bound query at a time already keeps it busy, and a floor of 2
+	// would queue a second one inside it for good.
 	MinConns int
 
 	// Tolerance is how much a tenant's hold times may exceed its baseline
@@ -48,11 +50,25 @@ type Adaptive struct {
 }
 
 const (
-	defaultAdaptiveMinConns  = 2
+	defaultAdaptiveMinConns  = 1
 	defaultAdaptiveTolerance = 1.3
 	minAdaptiveTolerance     = 1.05
 	maxAdaptiveTolerance     = 100 // beyond it the tolerated hold could overflow; the limit would never be cut anyway
 	defaultProbeInterval     = 2 * time.Minute
+
+	// A limit that was cut is not tried again at once: growth stops below
+	// it for firstBackoff windows, and each time trying it inflates again
+	// the wait grows fourfold, up to maxBackoff windows. Without the wait a
+	// CPU-bound tenant on a one-core database would spend every other
+	// window at a limit it has already seen queue.
+	firstBackoff = 4
+	maxBackoff   = 64
+
+	// minInflatedSamples is the fewest holds, all inflated, on which a
+	// window is judged inflated: a window of one or two (at a limit of one
+	// or two) would take a tenant's few slow holds, which other tenants'
+	// load causes, for queueing of its own, and hold it at its floor.
+	minInflatedSamples = 3
 )
 
 // inflationSlack is added to the tolerated hold time, so that the jitter of
@@ -101,8 +117,16 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 //     first cut), then by one;
 //   - else it stays: a limit not used tells nothing about more concurrency.
 //
+// A cut remembers the limit it came from as a ceiling: growth stops below it
+// for a number of windows (the backoff) before the ceiling is tried again;
+// each failed try lowers nothing but quadruples the backoff, and a clean
+// window at the ceiling forgets it. So a tenant whose holds inflate at 2 on a
+// one-core database runs at 1 with a try at 2 every few, then many, windows.
+//
 // A window above the floor whose first samples, more than half of it, are
-// all inflated is cut at once rather than when it completes.
+// all inflated is cut at once rather than when it completes. A window is
+// only judged inflated on at least minInflatedSamples holds: a smaller one
+// that is goes on until it has them (or a hold within tolerance).
 //
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
@@ -111,15 +135,20 @@ type adaptiveLimit struct {
 	limit     int   // current limit, within [floor, cap]
 	slowStart bool  // double on growth (until the first cut)
 	baseline  int64 // ns: shortest hold seen; 0 until the first sample
+	baseLimit int   // the limit when the baseline was set
 	measured  int64 // clock when the baseline was last set
 	// changed is the clock of the last limit change: permits granted before
 	// it are not in the window, unless the change was a rise (not cut) and
 	// they were granted after prevChanged, the change before.
 	changed, prevChanged int64
 	cut                  bool
-	n                    int   // samples in the window
-	winMin               int64 // shortest hold in the window
-	peak                 int   // most permits held at once in the window
+	// ceiling is the lowest limit whose window was cut since the last
+	// probe, 0 if none; growth waits wait more windows before trying it
+	// again, and backoff is the wait after the next failed try.
+	ceiling, wait, backoff int
+	n                      int   // samples in the window
+	winMin                 int64 // shortest hold in the window
+	peak                   int   // most permits held at once in the window
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
@@ -153,7 +182,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	floor = min(floor, cap)
 	hold = max(hold, 1)
 	if hold < a.baseline || a.baseline == 0 {
-		a.baseline, a.measured = hold, now
+		a.baseline, a.measured, a.baseLimit = hold, now, a.limit
 	}
 	if start < a.changed && (a.cut || start < a.prevChanged) {
 		// Granted under an earlier limit. After a rise, permits of the
@@ -173,7 +202,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// rather than a round later, so a CPU-bound tenant's probes above
 		// its floor (slow start's doubling, each +1) queue the database
 		// for half as long. Work that does not inflate is never cut early.
-		if old <= floor || 2*a.n <= old || a.winMin <= a.tolerated(cfg) {
+		if old <= floor || 2*a.n <= old || a.n < minInflatedSamples || a.winMin <= a.tolerated(cfg) {
 			return old
 		}
 		a.cutTowards(floor, a.tolerated(cfg))
@@ -187,21 +216,32 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if stale && old <= floor {
 		// A window at the floor measures the baseline again: a probe's, or
 		// that of a tenant that never needed more.
-		a.baseline, a.measured, stale = a.winMin, now, false
+		a.baseline, a.measured, a.baseLimit, stale = a.winMin, now, old, false
 	}
 	tolerated := a.tolerated(cfg)
+	if !stale && a.winMin > tolerated && a.n < minInflatedSamples {
+		// Too few samples to call the holds inflated: one or two slow
+		// holds happen to any tenant on a busy database. The window goes
+		// on until a hold within tolerance or minInflatedSamples of them.
+		return old
+	}
 	switch {
 	case stale:
 		// Probe: measure the baseline again, at the floor, then grow anew.
 		a.limit, a.slowStart = floor, true
+		a.ceiling, a.wait, a.backoff = 0, 0, 0
+	case a.winMin > tolerated && old == 1:
+		// Inflated at a limit of one: nothing to cut, and with no other
+		// permit of its own running, the hold is what one of this tenant's
+		// queries takes now (other tenants or the machine are slower). It
+		// becomes the baseline, as a probe's window would.
+		a.baseline, a.measured, a.baseLimit = a.winMin, now, old
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
-		if a.slowStart {
-			a.limit = min(cap, 2*old)
-		} else {
-			a.limit = min(cap, old+1)
-		}
+		a.grow(cap)
+	default:
+		a.wait = max(0, a.wait-1)
 	}
 	a.n, a.peak = 0, inUse
 	if a.limit != old {
@@ -210,17 +250,63 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	return a.limit
 }
 
-// tolerated is the longest hold, in ns, not taken for queueing.
+// tolerated is the longest hold, in ns, not taken for queueing at the
+// current limit: Tolerance times the baseline, or, when the limit is well
+// above the one the baseline was measured at, the baseline grown in
+// proportion to the limit, over Tolerance. Holds that grow as fast as the
+// limit mean more permits bring no more throughput (the tenant only queues
+// itself); holds that grow slower mean each extra permit still gets work
+// done, as a tenant sharing a saturated core with others gets a larger
+// share of it by running more at once, and cutting it would only queue its
+// requests at the gate while the others take the core.
 func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
-	return int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+	factor := cfg.Tolerance
+	if a.baseLimit > 0 {
+		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/cfg.Tolerance)
+	}
+	return int64(float64(a.baseline)*factor) + inflationSlack
+}
+
+// grow raises the limit after a used window without inflation: doubling in
+// slow start, else by one, up to cap; never to the ceiling a cut left
+// until the backoff has passed. A clean window at the ceiling forgets it.
+func (a *adaptiveLimit) grow(cap int) {
+	old := a.limit
+	if a.ceiling > 0 && old >= a.ceiling {
+		a.ceiling, a.wait, a.backoff = 0, 0, 0 // the ceiling no longer inflates
+	}
+	next := old + 1
+	if a.slowStart {
+		next = 2 * old
+	}
+	next = min(cap, next)
+	if a.ceiling > 0 && next >= a.ceiling {
+		if a.wait > 0 {
+			a.wait--
+			next = min(next, a.ceiling-1)
+		} else {
+			next = a.ceiling // try the ceiling itself, not beyond
+		}
+	}
+	a.limit = max(old, next)
 }
 
 // cutTowards lowers the limit towards the concurrency at which the window's
 // shortest hold would have been tolerated, at most by half, not below floor,
-// and ends slow start.
+// and ends slow start. The limit it came from becomes the ceiling, with a
+// longer backoff if it was the ceiling already.
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
 	a.limit = max(floor, min(old-1, max(want, old/2)))
 	a.slowStart = false
+	if a.limit == old {
+		return
+	}
+	if a.ceiling > 0 && old >= a.ceiling {
+		a.backoff = min(maxBackoff, 4*a.backoff) // the ceiling was tried again and inflated again
+	} else {
+		a.ceiling, a.backoff = old, firstBackoff
+	}
+	a.wait = a.backoff
 }

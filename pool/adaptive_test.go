@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -95,6 +96,45 @@ func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step 
 		held = append(held[:i], held[i+1:]...)
 		a.observe(p.start, p.end-p.start, now, len(held), &cfg, floor, cap)
 		grant()
+	}
+	return limits
+}
+
+// simulateOneCore runs a tenant that always has work waiting, as the Gate
+// does, against one core shared by every permit held (processor sharing):
+// each permit needs work of CPU time, and n held at once each progress at
+// 1/n of the core. It returns the limit at every multiple of step, up to d.
+func simulateOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step, work time.Duration) []int {
+	type permit struct{ start, left int64 }
+	var held []permit
+	now := int64(1)
+	var limits []int
+	next := int64(step)
+	for now < int64(d) {
+		for len(held) < a.limit {
+			a.granted(len(held) + 1)
+			held = append(held, permit{start: now, left: int64(work)})
+		}
+		i := 0
+		for j := range held {
+			if held[j].left < held[i].left {
+				i = j
+			}
+		}
+		n := int64(len(held))
+		end := now + held[i].left*n
+		for next <= end && next <= int64(d) {
+			limits = append(limits, a.limit)
+			next += int64(step)
+		}
+		done := held[i].left
+		for j := range held {
+			held[j].left -= done
+		}
+		now = end
+		p := held[i]
+		held = append(held[:i], held[i+1:]...)
+		a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
 	}
 	return limits
 }
@@ -194,15 +234,17 @@ func TestAdaptiveLimitProbeFollowsDriftUpwards(t *testing.T) {
 	if limits[len(limits)-1] != 10 {
 		t.Fatalf("did not reach the cap before the drift: %v", limits)
 	}
-	// Everything now takes three times as long, however much runs: that is
-	// not queueing, but it looks like it until the baseline is measured again.
-	limits, now = simulate(a, cfg, 2, 10, 3, now, waitingType(300*time.Millisecond))
+	// Everything now takes five times as long, however much runs: that is
+	// not queueing, but with holds grown as much as the limit over the one
+	// the baseline was measured at (2 to 10) it looks like it until the
+	// baseline is measured again.
+	limits, now = simulate(a, cfg, 2, 10, 3, now, waitingType(500*time.Millisecond))
 	if limits[len(limits)-1] != 2 {
-		t.Fatalf("a tripled hold time did not cut to the floor: %v", limits)
+		t.Fatalf("a fivefold hold time did not cut to the floor: %v", limits)
 	}
-	limits, _ = simulate(a, cfg, 2, 10, 60, now, waitingType(300*time.Millisecond))
-	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(300*time.Millisecond) {
-		t.Fatalf("after a probe: limit %d (want 10), baseline %v (want 300ms); %v", last, time.Duration(a.baseline), limits)
+	limits, _ = simulate(a, cfg, 2, 10, 50, now, waitingType(500*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(500*time.Millisecond) {
+		t.Fatalf("after a probe: limit %d (want 10), baseline %v (want 500ms); %v", last, time.Duration(a.baseline), limits)
 	}
 }
 
@@ -263,7 +305,7 @@ func TestAdaptiveGate(t *testing.T) {
 	violations := countViolations(t)
 	g, clock := newTestGate(t, Config{Capacity: 10, MaxReserved: 1,
 		Plans:    map[string]Plan{"p": {MaxConns: 8, MaxWaiting: Unbounded}},
-		Adaptive: Adaptive{Enabled: true}})
+		Adaptive: Adaptive{Enabled: true, MinConns: 2}})
 	ctx := context.Background()
 	eff := func() int {
 		s, _ := g.TenantStats("a")
@@ -348,7 +390,7 @@ func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
 	violations := countViolations(t)
 	g, clock := newTestGate(t, Config{Capacity: 10, MaxReserved: 1,
 		Plans:    map[string]Plan{"p": {MaxConns: 4}}, // MaxWaiting 0: reject over the cap
-		Adaptive: Adaptive{Enabled: true}})
+		Adaptive: Adaptive{Enabled: true, MinConns: 2}})
 	ctx := context.Background()
 	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a") // the floor, 2
 	w3, w4 := acquireAsync(ctx, g, "a"), acquireAsync(ctx, g, "a")
@@ -412,5 +454,131 @@ func TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated(t *testing.T) {
 	limits, _ := simulate(b, cfg, 2, 10, 4, 1, waitingType(600*time.Millisecond))
 	if limits[len(limits)-1] != 10 {
 		t.Fatalf("waiting-type limits %v, want the cap with no cut", limits)
+	}
+}
+
+// TestAdaptiveDefaultFloorIsOne: a cold tenant starts at one permit, so that
+// a CPU-bound tenant's baseline is measured with one query running and a
+// one-core database is not queued by the floor itself.
+func TestAdaptiveDefaultFloorIsOne(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	if cfg.MinConns != 1 {
+		t.Fatalf("default MinConns %d, want 1", cfg.MinConns)
+	}
+	g, _ := newTestGate(t, Config{Capacity: 10, Plans: map[string]Plan{"p": {MaxConns: 8, MaxWaiting: Unbounded}},
+		Adaptive: Adaptive{Enabled: true}})
+	p := acquire(t, g, "a")
+	defer p.Release()
+	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 1 {
+		t.Fatalf("cold tenant: EffectiveLimit %d, want the default floor 1", s.EffectiveLimit)
+	}
+}
+
+// TestAdaptiveLimitOneCoreStaysAtOne: on a database with one core (n at
+// once take n times as long), one query at a time is the best static
+// limit. From the floor 1 the controller tries 2, is cut, and tries it
+// again only after a backoff that grows with every failed try: over two
+// minutes of 300 ms queries it holds 2 a small share of the time, its
+// tries further and further apart up to the longest backoff.
+func TestAdaptiveLimitOneCoreStaysAtOne(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(1, 1)
+	limits := simulateOneCore(a, cfg, 1, 10, 120*time.Second, 100*time.Millisecond, 300*time.Millisecond)
+	above, tries := 0, []int{}
+	for i, l := range limits {
+		if l > 2 {
+			t.Fatalf("at %v: limit %d, want at most 2; %v", time.Duration(i)*100*time.Millisecond, l, limits)
+		}
+		if l > 1 {
+			above++
+			if i == 0 || limits[i-1] == 1 {
+				tries = append(tries, i)
+			}
+		}
+	}
+	if share := float64(above) / float64(len(limits)); share > 0.1 {
+		t.Errorf("limit above 1 for %.0f%% of the time, want at most 10%%; tries at (x100 ms) %v", 100*share, tries)
+	}
+	// Tries at 0.3 s, then 2.4, 8.1, 28.2 s (backoffs of 4, 16, 64 windows),
+	// then every 64 windows.
+	if len(tries) < 4 {
+		t.Fatalf("tries of limit 2 at (x100 ms) %v, want at least 4 in two minutes", tries)
+	}
+	for i := 2; i < len(tries); i++ {
+		gap, prev := tries[i]-tries[i-1], tries[i-1]-tries[i-2]
+		if gap < prev || (i <= 3 && gap <= prev) {
+			t.Fatalf("tries of limit 2 at (x100 ms) %v: the backoff does not grow to its maximum", tries)
+		}
+	}
+}
+
+// TestAdaptiveLimitForgetsTheCeilingWhenItStopsInflating: a tenant whose
+// work was CPU-bound (the database busy) and turns waiting-type (the load
+// went away) reaches its cap again once a try of the old ceiling is clean.
+func TestAdaptiveLimitForgetsTheCeilingWhenItStopsInflating(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour // no probe: the backoff alone must end
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 100, 1, cpuBound(300*time.Millisecond))
+	if a.limit != 1 || a.ceiling != 2 || a.backoff != maxBackoff {
+		t.Fatalf("CPU-bound: limit %d, ceiling %d, backoff %d; want 1, 2 and the longest backoff %d", a.limit, a.ceiling, a.backoff, maxBackoff)
+	}
+	limits, _ := simulate(a, cfg, 1, 10, maxBackoff+6, now, waitingType(300*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 10 || a.ceiling != 0 {
+		t.Fatalf("waiting-type after CPU-bound: limit %d, ceiling %d; want the cap 10 and no ceiling; %v", last, a.ceiling, limits)
+	}
+}
+
+func TestAdaptiveLimitWaitingTypeFromTheDefaultFloor(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	a := newAdaptiveLimit(cfg.MinConns, 1)
+	limits, _ := simulate(a, cfg, cfg.MinConns, 10, 10, 1, waitingType(time.Second))
+	// 1 → 2 → 4 → 8 → 10: one round more than from a floor of 2.
+	if limits[3] != 10 {
+		t.Fatalf("limits %v, want the cap 10 after 4 rounds", limits)
+	}
+}
+
+// TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline: a tenant's holds
+// grow twentyfold because of others (its own concurrency plays no part): it
+// is cut to one, and a hold at one, with none of its own beside it, becomes
+// the baseline, so it grows back to its cap without waiting for a probe
+// instead of queueing every request behind one at a time.
+func TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
+	if a.limit != 10 {
+		t.Fatalf("limit %d before the slowdown, want the cap", a.limit)
+	}
+	limits, _ := simulate(a, cfg, 1, 10, 40, now, waitingType(20*time.Millisecond))
+	if !slices.Contains(limits, 1) {
+		t.Fatalf("limits %v: the slowdown was never taken for queueing (the test shows nothing)", limits)
+	}
+	if last := limits[len(limits)-1]; last != 10 || a.baseline != int64(20*time.Millisecond) {
+		t.Fatalf("limit %d (want the cap), baseline %v (want 20ms) after 40 rounds; %v", last, time.Duration(a.baseline), limits)
+	}
+}
+
+// TestAdaptiveLimitKeepsPermitsThatStillAddThroughput: a tenant sharing a
+// saturated core with someone else's work gets a bigger share of it by
+// running more at once; its holds grow, but slower than its concurrency
+// (processor sharing with one outside job: n at once take (n+1)/2 times
+// as long as one), so every permit still adds throughput and none is cut.
+// A tenant alone on the core (n at once take n times as long) is cut.
+func TestAdaptiveLimitKeepsPermitsThatStillAddThroughput(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	shared := func(n int) time.Duration { return time.Duration(n+1) * 50 * time.Millisecond }
+	a := newAdaptiveLimit(1, 1)
+	limits, _ := simulate(a, cfg, 1, 4, 20, 1, shared)
+	if last := limits[len(limits)-1]; last != 4 {
+		t.Fatalf("sharing a core with one outside job: limits %v, want the cap 4", limits)
+	}
+	b := newAdaptiveLimit(1, 1)
+	limits, _ = simulate(b, cfg, 1, 4, 20, 1, cpuBound(50*time.Millisecond))
+	if last := limits[len(limits)-1]; last != 1 {
+		t.Fatalf("alone on the core: limits %v, want 1", limits)
 	}
 }

@@ -26,6 +26,8 @@
 // key carries the tenant through all of them ([WithTenant], [TenantFrom]).
 // It imports only the standard library.
 //
-// All work done under the Gate's mutex is O(1) (bounded loops only), and user
-// callbacks (Lookup, tracers) always run outside it.
+// All work done under the Gate's mutex is O(1) (bounded loops, and one
+// amortized: dropping tenants that went busy from the idle list), and user
+// callbacks (Lookup, tracers, the ClusterLimiter and its leases) always run
+// outside it.
 package pool

@@ -144,7 +144,7 @@ func TestAdaptiveCutKeepsTheDemotedWaitersMaxWait(t *testing.T) {
 	// its MaxWait all the same.
 	g, clock := newTestGate(t, Config{Capacity: 6, MaxReserved: 1,
 		Plans:    map[string]Plan{"p": {MaxConns: 6, MaxWaiting: Unbounded, MaxWait: 20 * time.Millisecond}},
-		Adaptive: Adaptive{Enabled: true}})
+		Adaptive: Adaptive{Enabled: true, MinConns: 2}}) // the floor the steps below count from
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a")

@@ -3,6 +3,7 @@ package tenantdb_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -43,15 +44,22 @@ func startCPUPostgres(t *testing.T) *tenantdbtest.Postgres {
 }
 
 // cpuPool is a tenantdb.Pool of 20 connections, all open and used once,
-// with the noisy tenant capped at perTenantCap and queueing its burst.
-func cpuPool(t *testing.T, pg *tenantdbtest.Postgres, cap int, adaptive bool) *tenantdb.Pool {
+// whose tenants have the plan's cap of perTenantCap (queueing their bursts),
+// but for the noisy tenant, capped at noisyCap.
+func cpuPool(t *testing.T, pg *tenantdbtest.Postgres, noisyCap int, adaptive bool) *tenantdb.Pool {
 	t.Helper()
 	cfg := pgxConfig(t, pg, sharedConns)
 	cfg.MinConns = sharedConns
 	p, err := tenantdb.New(context.Background(), cfg, tenantdb.Config{
-		Plans: map[string]tenantdb.Plan{"standard": {MaxConns: cap, MaxWaiting: tenantdb.Unbounded}},
-		// The quiet tenant has the plan too; its reads are short, so it
-		// rarely has more than one or two at once.
+		Plans: map[string]tenantdb.Plan{"standard": {MaxConns: perTenantCap, MaxWaiting: tenantdb.Unbounded}},
+		Lookup: func(_ context.Context, id string) (tenantdb.Tenant, error) {
+			if id == "noisy" {
+				return tenantdb.Tenant{Plan: "standard", MaxConns: noisyCap}, nil
+			}
+			return tenantdb.Tenant{Plan: "standard"}, nil
+		},
+		// With adaptive limits every tenant has them: the quiet one too,
+		// whose reads are short, so it rarely has more than one or two at once.
 		Adaptive: tenantdb.Adaptive{Enabled: adaptive},
 	})
 	if err != nil {
@@ -120,7 +128,10 @@ type burstResult struct {
 	makespan time.Duration // of the noisy burst
 	maxLimit int           // the noisy tenant's highest effective limit seen
 	medLimit int           // its median effective limit, sampled every 10 ms
-	active   int           // most noisy backends active at once
+	// quietMedLimit is the quiet tenant's median effective limit (0 before
+	// its first request).
+	quietMedLimit int
+	active        int // most noisy backends active at once
 }
 
 // burst sends n noisy queries at once and runs the quiet lookups until they
@@ -154,13 +165,14 @@ func burst(t *testing.T, p *tenantdb.Pool, n int, quietSleep time.Duration, samp
 		r.makespan = time.Since(start)
 		close(done)
 	}()
-	limits := make(chan []int, 1)
-	go func() { // the effective limit over the burst, a reading every 10 ms
-		var ls []int
+	limits := make(chan [2][]int, 1)
+	go func() { // the effective limits over the burst, a reading every 10 ms
+		var ls [2][]int
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			ls = append(ls, p.TenantStat("noisy").EffectiveLimit)
+			ls[0] = append(ls[0], p.TenantStat("noisy").EffectiveLimit)
+			ls[1] = append(ls[1], p.TenantStat("quiet").EffectiveLimit)
 			select {
 			case <-done:
 				limits <- ls
@@ -172,8 +184,10 @@ func burst(t *testing.T, p *tenantdb.Pool, n int, quietSleep time.Duration, samp
 	r.quiet = lookupLoop(t, p, 0, quietSleep, done)
 	<-done
 	ls := <-limits
-	slices.Sort(ls)
-	r.medLimit = ls[len(ls)/2]
+	for _, l := range ls {
+		slices.Sort(l)
+	}
+	r.medLimit, r.quietMedLimit = ls[0][len(ls[0])/2], ls[1][len(ls[1])/2]
 	if sampler != nil {
 		r.active = sampler.stop()
 	}
@@ -190,17 +204,34 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-type cpuScenario struct {
-	unloadedP50       time.Duration // before the burst
-	afterP50          time.Duration // the same, after it
-	scanAlone         time.Duration // one noisy scan alone, the fastest of three
-	p50Ratio, p99Over float64       // quiet p50 / unloaded p50, quiet p99 / unloaded p50
+// cpuRun is one burst under one limit configuration, with the quiet
+// tenant's unloaded latency measured on the same pool just before it.
+type cpuRun struct {
+	unloadedP50 time.Duration
+	p50, p99    time.Duration // the quiet tenant's, under the burst
 	burstResult
 }
 
-func runCPUScenario(t *testing.T, pg *tenantdbtest.Postgres, cap int, adaptive bool) cpuScenario {
+func runCPUBurst(t *testing.T, pg *tenantdbtest.Postgres, n, noisyCap int, adaptive bool) cpuRun {
 	t.Helper()
-	p := cpuPool(t, pg, cap, adaptive)
+	p := cpuPool(t, pg, noisyCap, adaptive)
+	unloaded := lookupLoop(t, p, unloadedLookups, 0, nil)
+	r := burst(t, p, n, 0, false, func(ctx context.Context, i int) error {
+		_, err := p.Exec(ctx, cpuNoisySQL, fmt.Sprint(i))
+		return err
+	})
+	assertNothingHeld(t, p)
+	p.Close()
+	return cpuRun{unloadedP50: percentile(unloaded, 0.5),
+		p50: percentile(r.quiet, 0.5), p99: percentile(r.quiet, 0.99), burstResult: r}
+}
+
+// scanAlone is the time of one noisy scan with nothing else running, the
+// fastest of three.
+func scanAlone(t *testing.T, pg *tenantdbtest.Postgres) time.Duration {
+	t.Helper()
+	p := cpuPool(t, pg, perTenantCap, false)
+	defer p.Close()
 	var alone time.Duration
 	for i := range 3 {
 		start := time.Now()
@@ -211,142 +242,299 @@ func runCPUScenario(t *testing.T, pg *tenantdbtest.Postgres, cap int, adaptive b
 			alone = d
 		}
 	}
-	unloaded := lookupLoop(t, p, unloadedLookups, 0, nil)
-	r := burst(t, p, cpuNoisyQueries, 0, false, func(ctx context.Context, i int) error {
-		_, err := p.Exec(ctx, cpuNoisySQL, fmt.Sprint(i))
-		return err
-	})
-	after := lookupLoop(t, p, unloadedLookups/3, 0, nil)
-	assertNothingHeld(t, p)
-	p.Close()
-	u := percentile(unloaded, 0.5)
-	return cpuScenario{unloadedP50: u, afterP50: percentile(after, 0.5), scanAlone: alone,
-		p50Ratio:    float64(percentile(r.quiet, 0.5)) / float64(u),
-		p99Over:     float64(percentile(r.quiet, 0.99)) / float64(u),
-		burstResult: r}
+	return alone
 }
 
-// TestAdaptiveLimitsIsolateCPUBoundLoad runs the burst under the static cap
-// and then with adaptive limits, and compares the quiet tenant's latencies
-// with its own unloaded ones from the same attempt.
+// cpuStaticCaps are the static caps an adaptive limit is judged against:
+// the best of them in hindsight, on the same workload in the same round, is
+// the oracle. The last is the plan's cap, the adaptive limit's ceiling.
+var cpuStaticCaps = []int{1, 2, 4, perTenantCap}
+
+// cpuRound is one round: every static cap and the adaptive limit, one burst
+// each, in a rotated order.
+type cpuRound struct {
+	static    []cpuRun // by cpuStaticCaps
+	adaptive  cpuRun
+	scanAlone time.Duration // before the round
+	n         int           // noisy scans in each burst
+}
+
+// burstSize is how many noisy scans a burst sends: about cpuBurstWork of
+// one core's time, so that a round takes about as long on a slow machine
+// as on a fast one, within [10, cpuNoisyQueries].
+func burstSize(scanAlone time.Duration) int {
+	return max(10, min(cpuNoisyQueries, int(cpuBurstWork/max(scanAlone, time.Millisecond))))
+}
+
+const cpuBurstWork = 3 * time.Second
+
+// best is the oracle of one metric: the lowest any static cap reached.
+func (r cpuRound) best(metric func(cpuRun) time.Duration) time.Duration {
+	b := metric(r.static[0])
+	for _, s := range r.static[1:] {
+		b = min(b, metric(s))
+	}
+	return b
+}
+
+// ratio is the adaptive limit's metric over the oracle's.
+func (r cpuRound) ratio(metric func(cpuRun) time.Duration) float64 {
+	return float64(metric(r.adaptive)) / float64(r.best(metric))
+}
+
+// disturbed says whether the round's own probes show that something outside
+// shared the database's core: one scan at a time keeps the core busy, so the
+// fastest static burst took much longer than its scans' CPU time only if
+// someone else ran there; and the quiet tenant alone should read about as
+// fast before every burst of a round.
+func (r cpuRound) disturbed(floor time.Duration) bool {
+	cpuTime := time.Duration(r.n) * r.scanAlone
+	lo, hi := r.adaptive.unloadedP50, r.adaptive.unloadedP50
+	for _, s := range r.static {
+		lo, hi = min(lo, s.unloadedP50), max(hi, s.unloadedP50)
+	}
+	return float64(r.best(makespanOf)) > 1.35*float64(cpuTime) || float64(hi) > 1.5*float64(lo) || hi > 2*floor
+}
+
+func p50Of(r cpuRun) time.Duration      { return r.p50 }
+func p99Of(r cpuRun) time.Duration      { return r.p99 }
+func makespanOf(r cpuRun) time.Duration { return r.makespan }
+
+// medianOf is the median of xs (the lower middle of an even count).
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// TestAdaptiveLimitsIsolateCPUBoundLoad judges adaptive limits by the
+// hindsight-best static cap on the same CPU-bound workload: in each round a
+// burst of noisy scans runs under static caps 1, 2, 4 and the plan's cap 10,
+// and under adaptive limits (cap 10), in a rotated order, while the quiet
+// tenant reads; a fresh pool each time, so the adaptive limit's cold start
+// is in its numbers. Which static cap is best depends on the database's
+// cores and the machine's speed; the ratio to it does not.
 //
-// An attempt must show the mechanism (under adaptive limits the noisy
-// tenant's effective limit held near the floor, its median at most 3; under
-// the static cap 10) and meet the targets: quiet p50 at most 1.5x unloaded,
-// the scans within 1.3x of the static cap's time, the static cap visibly
-// worse (p50 at least 2x unloaded, p99 at least 1.5x adaptive's). All are measured on one shared core,
-// which other work on the machine (other packages' tests, other jobs) can
-// swamp: under heavy outside load a tenant's own concurrency no longer
-// decides its latency, and more of it even buys CPU share, so the controller
-// rightly holds it less. Two probes tell a disturbed attempt: each scenario
-// times one noisy scan alone (the fastest of three) and the quiet tenant
-// alone before and after its burst. An attempt is disturbed when a burst
-// took more than 1.35x the CPU time of its scans (one scan at a time keeps
-// the core busy, so only someone else can stretch it), or its unloaded
-// medians disagree by more than 1.5x, or lie above twice the lowest seen.
-// Up to three attempts run until one passes; if none does, the test fails,
-// unless every attempt was disturbed: then it skips, saying so.
+// Targets, the medians over rounds of each round's ratio to its best static
+// cap: the quiet tenant's p50 and p99 and the noisy burst's makespan within
+// cpuTargets' margins, and the adaptive limit held down (median effective
+// limit at most 3 of the cap 10). The mechanism must show, or the test
+// fails whatever the machine (see mechanism): the plan's cap visibly worse
+// than the best static cap, or the workload proves nothing, and the
+// adaptive limit below the cap.
+//
+// The rounds run on one shared core, which other work on the machine can
+// swamp; interleaving spreads that over every configuration, and a median
+// over rounds drops one disturbed round. If the targets are missed after
+// three rounds, up to two more run within cpuBudget. If they are still
+// missed, the test fails, unless most rounds' own probes showed a
+// disturbance from outside (see cpuRound.disturbed): then it skips, saying
+// so. The mechanism is judged with the targets and fails the test whatever
+// the targets.
 func TestAdaptiveLimitsIsolateCPUBoundLoad(t *testing.T) {
 	pg := startCPUPostgres(t)
-	var floor time.Duration // the lowest unloaded median seen
-	var missed []string
-	disturbedAll := true
-	for attempt := 1; attempt <= 3; attempt++ {
-		static := runCPUScenario(t, pg, perTenantCap, false)
-		adaptive := runCPUScenario(t, pg, perTenantCap, true)
-		for _, s := range []struct {
-			name string
-			cpuScenario
-		}{{"static cap 10", static}, {"adaptive", adaptive}} {
-			t.Logf("attempt %d, %s: quiet alone p50 %v before, %v after; under load p50 %.2fx, p99 %.1fx unloaded p50 (%d reads); "+
-				"noisy %d queries in %v (one alone: %v), effective limit median %d, at most %d",
-				attempt, s.name, s.unloadedP50, s.afterP50, s.p50Ratio, s.p99Over, len(s.quiet), cpuNoisyQueries,
-				s.makespan.Round(time.Millisecond), s.scanAlone.Round(time.Millisecond), s.medLimit, s.maxLimit)
-			for _, d := range []time.Duration{s.unloadedP50, s.afterP50} {
-				if floor == 0 || d < floor {
-					floor = d
-				}
+	var (
+		rounds    []cpuRound
+		floor     time.Duration // the lowest unloaded median seen
+		disturbed int
+		dist      []bool // by round
+		missed    []string
+	)
+	start := time.Now()
+	for i := 0; i < 5; i++ {
+		if i > 0 && time.Since(start) > cpuBudget {
+			t.Logf("%d rounds took %v, over the budget of %v: judging those", i, time.Since(start).Round(time.Second), cpuBudget)
+			break
+		}
+		r := cpuRound{static: make([]cpuRun, len(cpuStaticCaps)), scanAlone: scanAlone(t, pg)}
+		r.n = burstSize(r.scanAlone)
+		order := len(cpuStaticCaps) + 1 // the adaptive limit is the last index
+		for k := range order {
+			j := (i + k) % order
+			if j == len(cpuStaticCaps) {
+				r.adaptive = runCPUBurst(t, pg, r.n, perTenantCap, true)
+			} else {
+				r.static[j] = runCPUBurst(t, pg, r.n, cpuStaticCaps[j], false)
 			}
 		}
-		disturbed := false
-		for _, s := range []cpuScenario{static, adaptive} {
-			lo, hi := min(s.unloadedP50, s.afterP50), max(s.unloadedP50, s.afterP50)
-			// The scans keep the core busy whatever the limit (one at a
-			// time saturates it), so a burst that takes much longer than
-			// its scans' CPU time shared the core with someone else.
-			cpuTime := time.Duration(cpuNoisyQueries) * min(static.scanAlone, adaptive.scanAlone)
-			disturbed = disturbed || float64(hi) > 1.5*float64(lo) || hi > 2*floor ||
-				float64(s.makespan) > 1.35*float64(cpuTime)
+		for _, s := range append(slices.Clone(r.static), r.adaptive) {
+			if floor == 0 || s.unloadedP50 < floor {
+				floor = s.unloadedP50
+			}
 		}
-		missed = cpuTargets(static, adaptive)
-		if len(missed) == 0 {
+		logCPURound(t, i+1, r)
+		rounds = append(rounds, r)
+		dist = append(dist, r.disturbed(floor))
+		if dist[len(dist)-1] {
+			disturbed++
+		}
+		if len(rounds) < 3 && time.Since(start) < cpuBudget {
+			continue
+		}
+		if mechanism(t, rounds, dist); t.Failed() {
 			return
 		}
-		disturbedAll = disturbedAll && disturbed
-		t.Logf("attempt %d (disturbed from outside: %v) missed: %s", attempt, disturbed, strings.Join(missed, "; "))
+		if missed = cpuTargets(rounds); len(missed) == 0 {
+			return
+		}
+		t.Logf("after %d rounds (%d disturbed from outside) missed: %s", len(rounds), disturbed, strings.Join(missed, "; "))
 	}
-	if disturbedAll {
-		t.Skipf("every attempt was disturbed from outside (the core was shared, or the quiet tenant alone moved); "+
-			"the targets could not be measured. Last misses: %s", strings.Join(missed, "; "))
+	if mechanism(t, rounds, dist); t.Failed() {
+		return
 	}
-	t.Errorf("no attempt met the targets, and not every one was disturbed. Last misses:\n%s", strings.Join(missed, "\n"))
+	if missed = cpuTargets(rounds); len(missed) == 0 {
+		return
+	}
+	if 2*disturbed > len(rounds) {
+		t.Skipf("%d of %d rounds were disturbed from outside (the core was shared, or the quiet tenant alone moved); "+
+			"the targets could not be measured. Misses: %s", disturbed, len(rounds), strings.Join(missed, "; "))
+	}
+	t.Errorf("the targets were missed over %d rounds, %d of them disturbed:\n%s", len(rounds), disturbed, strings.Join(missed, "\n"))
 }
 
-// cpuTargets returns the targets one attempt missed.
-func cpuTargets(static, adaptive cpuScenario) []string {
-	var missed []string
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			missed = append(missed, fmt.Sprintf(format, args...))
+// cpuTargets' margins: how far the adaptive limit may be from the best
+// static cap (the median over rounds of the per-round ratio). The goal is
+// 1.2x on all three (the benchmark's oracle-cpu reports against it); the
+// p99 margin is wider, as the quiet tenant's slowest reads fall in the
+// adaptive limit's tries above the best cap (slow start's first step, and
+// the backoff's, a few of a burst's dozens of scans), which the best
+// static cap never makes.
+const (
+	cpuTargetP50      = 1.2
+	cpuTargetP99      = 2.0
+	cpuTargetMakespan = 1.2
+)
+
+// cpuBudget bounds the test's time: no round starts after it, and a third
+// round only before it. A round takes about 30 s on the developers' machine
+// (the bursts are sized to the machine's speed, see burstSize); only
+// outside load makes three take longer than this.
+const cpuBudget = 6 * time.Minute
+
+func logCPURound(t *testing.T, i int, r cpuRound) {
+	t.Helper()
+	line := func(name string, s cpuRun) {
+		t.Logf("round %d, %-10s quiet alone p50 %v; under load p50 %v (%.2fx alone, %.2fx best static), p99 %v (%.2fx best static); "+
+			"noisy scans in %v (%.2fx best static), effective limit median %d, at most %d (quiet's median %d)",
+			i, name+":", s.unloadedP50, s.p50, float64(s.p50)/float64(s.unloadedP50), float64(s.p50)/float64(r.best(p50Of)),
+			s.p99, float64(s.p99)/float64(r.best(p99Of)), s.makespan.Round(time.Millisecond),
+			float64(s.makespan)/float64(r.best(makespanOf)), s.medLimit, s.maxLimit, s.quietMedLimit)
+	}
+	t.Logf("round %d: one scan alone %v; %d scans a burst", i, r.scanAlone.Round(time.Millisecond), r.n)
+	for j, c := range cpuStaticCaps {
+		line(fmt.Sprintf("static %d", c), r.static[j])
+	}
+	line("adaptive", r.adaptive)
+}
+
+// mechanism fails the test if the rounds do not show what the targets are
+// about. The adaptive limit must be held below the cap (the median over
+// rounds of its median effective limit): even with other work sharing the
+// core, ten scans at once inflate a scan's time enough to be cut; how far
+// down it is held is a target (cpuTargets), as outside load on the core
+// rightly lets it hold more. And in the rounds that no outside load
+// disturbed, the plan's cap must be visibly worse than the best static cap
+// (median quiet p50 at least 1.5x the best's), or the noisy tenant does
+// not load the core enough to prove anything; a disturbed round cannot
+// tell (the quiet tenant's own reads pile up whatever the cap).
+func mechanism(t *testing.T, rounds []cpuRound, disturbed []bool) {
+	t.Helper()
+	var planRatios, limits []float64
+	for i, r := range rounds {
+		plan := r.static[len(cpuStaticCaps)-1]
+		if !disturbed[i] {
+			planRatios = append(planRatios, float64(plan.p50)/float64(r.best(p50Of)))
+		}
+		limits = append(limits, float64(r.adaptive.medLimit))
+		if plan.medLimit != perTenantCap {
+			t.Errorf("static cap %d: effective limit median %d", perTenantCap, plan.medLimit)
 		}
 	}
-	check(static.medLimit == perTenantCap && adaptive.medLimit <= 3,
-		"effective limit medians: static %d (want %d), adaptive %d (want at most 3): the controller does not hold a CPU-bound tenant down",
-		static.medLimit, perTenantCap, adaptive.medLimit)
-	// The static cap must be visibly worse, or the test could not fail; at
-	// p99 that is the assertion (adaptive at most 2/3 of the static cap's):
-	// the issue's absolute p99 target (20x the unloaded p50) is for the
-	// benchmark, as the p99 of reads on one shared core swings with outside
-	// load far more than the median does (50x to 500x at load average 14).
-	check(static.p50Ratio >= 2 && static.p99Over >= 1.5*adaptive.p99Over,
-		"static cap 10: quiet p50 %.2fx unloaded, p99 %.1fx (adaptive %.1fx): the noisy tenant does not load the core enough to prove anything",
-		static.p50Ratio, static.p99Over, adaptive.p99Over)
-	check(adaptive.p50Ratio <= 1.5, "adaptive: quiet p50 %.2fx unloaded, want at most 1.5x", adaptive.p50Ratio)
-	ratio := float64(adaptive.makespan) / float64(static.makespan)
-	check(ratio <= 1.3, "adaptive: noisy took %.2fx as long as under the static cap, want at most 1.3x", ratio)
+	if len(planRatios) > 0 {
+		if med := medianOf(planRatios); med < 1.5 {
+			t.Errorf("static cap %d: quiet p50 only %.2fx the best static cap's (median of %.2f over the undisturbed rounds): "+
+				"the noisy tenant does not load the core enough to prove anything", perTenantCap, med, planRatios)
+		}
+	}
+	if med := medianOf(limits); med >= perTenantCap {
+		t.Errorf("adaptive: effective limit medians %v, at the cap %d: the controller does not hold a CPU-bound tenant down", limits, perTenantCap)
+	}
+}
+
+// cpuTargets returns the targets the rounds missed, each judged by the
+// median over rounds of its ratio to the round's best static cap.
+func cpuTargets(rounds []cpuRound) []string {
+	var missed []string
+	var limits []float64
+	for _, r := range rounds {
+		limits = append(limits, float64(r.adaptive.medLimit))
+	}
+	if med := medianOf(limits); med > 3 {
+		missed = append(missed, fmt.Sprintf("adaptive: effective limit medians %v, want at most 3 of the cap %d", limits, perTenantCap))
+	}
+	for _, m := range []struct {
+		name   string
+		metric func(cpuRun) time.Duration
+		target float64
+	}{{"quiet p50", p50Of, cpuTargetP50}, {"quiet p99", p99Of, cpuTargetP99}, {"noisy makespan", makespanOf, cpuTargetMakespan}} {
+		var ratios []float64
+		for _, r := range rounds {
+			ratios = append(ratios, r.ratio(m.metric))
+		}
+		if med := medianOf(ratios); med > m.target {
+			missed = append(missed, fmt.Sprintf("adaptive %s %.2fx the best static cap's (median of %.2f), want at most %.1fx",
+				m.name, med, ratios, m.target))
+		}
+	}
 	return missed
 }
 
 // TestAdaptiveLimitsKeepWaitingWork: a pg_sleep burst does not inflate with
 // concurrency, so the adaptive limit climbs to the cap and the burst takes
-// about as long as under the static cap (slow start costs about
-// log2(cap/floor) rounds of the burst's 30); and the quiet tenant stays isolated.
+// about as long as under the static cap, the best static cap for waiting
+// work (slow start costs about log2(cap/floor) rounds of the burst's 30);
+// and the quiet tenant (reads of 30 ms every 5 ms) is served as under the
+// static cap. Both are measured against the static cap in the same round,
+// in two rounds of opposite order; each target must hold in one of them,
+// so that outside load in one burst does not decide, while a mechanism
+// that is missing fails both.
 func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 	const n, sleep = 300, 100 * time.Millisecond
-	run := func(adaptive bool) (burstResult, time.Duration) {
+	run := func(adaptive bool) burstResult {
 		p := cpuPool(t, sharedPG, perTenantCap, adaptive)
-		unloaded := percentile(lookupLoop(t, p, 20, quietSleep, nil), 0.5)
+		lookupLoop(t, p, 20, quietSleep, nil) // the quiet tenant is not cold when the burst starts
 		r := burst(t, p, n, quietSleep, true, func(ctx context.Context, i int) error {
 			_, err := p.Exec(ctx, "select pg_sleep($1::float8) /* tenant=noisy */", sleep.Seconds())
 			return err
 		})
 		assertNothingHeld(t, p)
-		return r, unloaded
+		return r
 	}
-	static, _ := run(false)
-	adaptive, unloaded := run(true)
 	ideal := time.Duration(n/perTenantCap) * sleep
-	t.Logf("noisy %d x %v: ideal %v, static %v (%.3fx), adaptive %v (%.3fx), at most %d active, effective limit up to %d; quiet p50 %.2fx unloaded",
-		n, sleep, ideal, static.makespan.Round(time.Millisecond), float64(static.makespan)/float64(ideal),
-		adaptive.makespan.Round(time.Millisecond), float64(adaptive.makespan)/float64(ideal), adaptive.active, adaptive.maxLimit,
-		float64(percentile(adaptive.quiet, 0.5))/float64(unloaded))
-	if adaptive.maxLimit != perTenantCap {
-		t.Errorf("adaptive: effective limit reached %d, want the cap %d: waiting-type work was throttled", adaptive.maxLimit, perTenantCap)
+	bestMakespan, bestQuiet := math.Inf(1), math.Inf(1)
+	for round := range 2 {
+		var static, adaptive burstResult
+		if round == 0 {
+			static, adaptive = run(false), run(true)
+		} else {
+			adaptive, static = run(true), run(false)
+		}
+		makespan := float64(adaptive.makespan) / float64(static.makespan)
+		quiet := float64(percentile(adaptive.quiet, 0.5)) / float64(percentile(static.quiet, 0.5))
+		bestMakespan, bestQuiet = min(bestMakespan, makespan), min(bestQuiet, quiet)
+		t.Logf("round %d: noisy %d x %v: ideal %v, static %v (%.3fx), adaptive %v (%.3fx the static cap's), at most %d active, "+
+			"effective limit up to %d; quiet p50 static %v, adaptive %v (%.2fx; its effective limit median %d)",
+			round+1, n, sleep, ideal, static.makespan.Round(time.Millisecond), float64(static.makespan)/float64(ideal),
+			adaptive.makespan.Round(time.Millisecond), makespan, adaptive.active, adaptive.maxLimit,
+			percentile(static.quiet, 0.5), percentile(adaptive.quiet, 0.5), quiet, adaptive.quietMedLimit)
+		if adaptive.maxLimit != perTenantCap {
+			t.Errorf("round %d: adaptive: effective limit reached %d, want the cap %d: waiting-type work was throttled", round+1, adaptive.maxLimit, perTenantCap)
+		}
 	}
-	if ratio := float64(adaptive.makespan) / float64(static.makespan); ratio > 1.15 {
-		t.Errorf("adaptive: the burst took %.3fx as long as under the static cap, want at most 1.15x", ratio)
+	if bestMakespan > 1.15 {
+		t.Errorf("adaptive: the burst took at best %.3fx as long as under the static cap, want at most 1.15x", bestMakespan)
 	}
-	if ratio := float64(percentile(adaptive.quiet, 0.5)) / float64(unloaded); ratio > 1.5 {
-		t.Errorf("adaptive: quiet p50 %.2fx unloaded, want at most 1.5x", ratio)
+	if bestQuiet > 1.5 {
+		t.Errorf("adaptive: quiet p50 at best %.2fx the static cap's, want at most 1.5x", bestQuiet)
 	}
 }

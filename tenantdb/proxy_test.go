@@ -69,7 +69,8 @@ func (c *proxyTally) leaks() int {
 // With ScopeSession the setting made at acquire and the statement are
 // separate transactions: statements run under the other tenant's setting,
 // and the test asserts that it sees them (proof that it could see a leak).
-// With ScopeTransaction none may.
+// With ScopeTransaction none may, nor with ScopeSession behind session
+// pooling, which the README names as what ScopeSession needs.
 //
 // PgBouncer is Debian bookworm's 1.18, which does not track named prepared
 // statements in transaction pooling (1.21 does, with
@@ -92,10 +93,10 @@ grant insert on proxy_uploads to `+rlsRole)
 		t.Fatal(err)
 	}
 
-	run := func(t *testing.T, scope tenantdb.Scope) *proxyTally {
+	run := func(t *testing.T, mode string, serverConns int, scope tenantdb.Scope) *proxyTally {
 		bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
-			tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
-			tenantdbtest.WithPoolSize(2),
+			tenantdbtest.WithPoolMode(mode),
+			tenantdbtest.WithPoolSize(serverConns),
 			tenantdbtest.WithPgBouncerUser(rlsRole, "app"),
 		)
 		pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: bouncer.DSNFor(rlsRole, "app")}, 8)
@@ -139,13 +140,21 @@ grant insert on proxy_uploads to `+rlsRole)
 	}
 
 	t.Run("ScopeSession leaks", func(t *testing.T) {
-		tally := run(t, tenantdb.ScopeSession)
+		tally := run(t, tenantdbtest.PoolModeTransaction, 2, tenantdb.ScopeSession)
 		if tally.leaks() == 0 {
 			t.Fatalf("no statement of %d ran under another tenant's setting: the test cannot see the leak it is for", tally.statements)
 		}
 	})
 	t.Run("ScopeTransaction", func(t *testing.T) {
-		tally := run(t, tenantdb.ScopeTransaction)
+		tally := run(t, tenantdbtest.PoolModeTransaction, 2, tenantdb.ScopeTransaction)
+		if n := tally.leaks(); n > 0 {
+			t.Fatalf("%d of %d statements ran under another tenant's setting or none: %v", n, tally.statements, tally.wrong)
+		}
+	})
+	// What ScopeSession needs: session pooling keeps a client connection on
+	// one server connection, so it needs as many (8) as the pool has.
+	t.Run("ScopeSession behind session pooling", func(t *testing.T) {
+		tally := run(t, tenantdbtest.PoolModeSession, 8, tenantdb.ScopeSession)
 		if n := tally.leaks(); n > 0 {
 			t.Fatalf("%d of %d statements ran under another tenant's setting or none: %v", n, tally.statements, tally.wrong)
 		}

@@ -57,7 +57,10 @@ func (env *environment) cpuPostgres(ctx context.Context) (*tenantdbtest.Postgres
 		tenantdbtest.WithCPUSet(env.cpuset),
 		tenantdbtest.WithInitScripts(fixture),
 		tenantdbtest.WithSetting("max_parallel_workers_per_gather", "0"), // one query, one backend, one core's work
-		tenantdbtest.WithSetting("jit", "off"))
+		tenantdbtest.WithSetting("jit", "off"),
+		// Loading the fixture on one CPU of a busy machine can outlast the
+		// default two minutes.
+		tenantdbtest.WithPostgresStartupTimeout(4*time.Minute))
 	if err != nil {
 		return nil, reaperHint(err)
 	}

@@ -36,9 +36,13 @@ func main() {
 	flag.StringVar(&opts.cpuset, "cpuset", "1", "host CPUs for the CPU-bound scenarios' PostgreSQL (docker --cpuset-cpus); one CPU, so the client keeps the others")
 	flag.StringVar(&opts.otlp, "otlp", "", "send the run's traces to this OTLP/gRPC endpoint, e.g. Jaeger's localhost:4317")
 	flag.StringVar(&opts.metrics, "metrics", "", "serve the run's metrics for Prometheus at http://ADDR/metrics, e.g. localhost:9464")
+	flag.IntVar(&opts.rounds, "rounds", 2, "rounds of every limit in the oracle-* scenarios")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("noisy: ")
+	if opts.rounds < 1 || opts.rounds > 20 {
+		log.Fatalf("-rounds %d: want 1 to 20", opts.rounds)
+	}
 	if opts.scale <= 0 || opts.scale > 10 {
 		log.Fatalf("-scale %v: want a number in (0, 10]", opts.scale)
 	}
@@ -55,6 +59,7 @@ type options struct {
 	dsn, out, only, otlp string
 	metrics, cpuset      string
 	scale                float64
+	rounds               int
 	json                 bool
 }
 
@@ -106,6 +111,7 @@ func run(ctx context.Context, opts options) error {
 	} else {
 		fmt.Print(markdownTable(results, opts.scale))
 		fmt.Print(targets(results, opts.scale))
+		fmt.Print(oracleTable(results))
 	}
 	if opts.out != "" {
 		if err := writeReport(opts.out, results, opts.scale); err != nil {

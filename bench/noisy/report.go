@@ -39,7 +39,7 @@ func markdownTable(rs []result, scale float64) string {
 	b.WriteString("| scenario | tenant | p50 | p99 | max | completed | rejected | makespan |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
-		if strings.HasPrefix(r.Tenant, "select-1") {
+		if strings.HasPrefix(r.Tenant, "select-1") || r.Oracle != nil {
 			continue
 		}
 		rejected := fmt.Sprint(r.Rejected)
@@ -153,18 +153,15 @@ func targets(rs []result, scale float64) string {
 		if !ok1 || !ok2 || u.P50 == 0 {
 			continue
 		}
-		if sc != "cpu-adaptive" {
-			fmt.Fprintf(&b, "- %s: quiet p50 %.2fx unloaded, p99 %.1fx unloaded p50; noisy %d/%d in %s\n",
-				sc, q.P50/u.P50, q.P99/u.P50, n.Completed, cpuNoisyN, fmtDur(n.Makespan))
-			continue
+		// No absolute target: what a quiet read can reach next to a scan
+		// depends on the machine; the oracle-cpu scenario judges adaptive
+		// limits against the best static cap measured in the same run.
+		fmt.Fprintf(&b, "- %s: quiet p50 %.2fx unloaded, p99 %.1fx unloaded p50; noisy %d/%d in %s",
+			sc, q.P50/u.P50, q.P99/u.P50, n.Completed, cpuNoisyN, fmtDur(n.Makespan))
+		if s, ok := find(rs, "cpu-static10", "noisy"); ok && sc != "cpu-static10" && s.Makespan > 0 {
+			fmt.Fprintf(&b, " (%.2fx static cap 10's)", n.Makespan/s.Makespan)
 		}
-		check(q.P50 <= 1.5*u.P50, "%s: quiet p50 %.2fx unloaded (target ≤ 1.5x)", sc, q.P50/u.P50)
-		check(q.P99 <= 20*u.P50, "%s: quiet p99 %.1fx unloaded p50 (target ≤ 20x)", sc, q.P99/u.P50)
-		if s, ok := find(rs, "cpu-static10", "noisy"); ok && s.Makespan > 0 {
-			check(n.Completed == cpuNoisyN && n.Makespan <= 1.3*s.Makespan,
-				"%s: noisy completed %d/%d in %s, %.2fx static cap 10's %s (target all, ≤ 1.3x)",
-				sc, n.Completed, cpuNoisyN, fmtDur(n.Makespan), n.Makespan/s.Makespan, fmtDur(s.Makespan))
-		}
+		b.WriteString("\n")
 	}
 	for _, sc := range []string{"reject", "reject-adaptive"} {
 		n, ok := find(rs, sc, "noisy")
@@ -200,7 +197,7 @@ func writeReport(dir string, rs []result, scale float64) error {
 		return err
 	}
 	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scenariosFlag(rs) + scaleFlag(scale) + " -out " + dir + "`.\n" +
-		markdownTable(rs, scale) + targets(rs, scale) + "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
+		markdownTable(rs, scale) + targets(rs, scale) + oracleTable(rs) + "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
 	if err := os.WriteFile(filepath.Join(dir, "noisy.md"), []byte(md), 0o644); err != nil {
 		return err
 	}

@@ -36,6 +36,10 @@ var scenarios = []scenario{
 	{"cpu-static10", "CPU-bound noisy scans on a one-CPU PostgreSQL, static cap 10", runCPUBound(perTenantCap, false)},
 	{"cpu-static2", "as cpu-static10, static cap 2", runCPUBound(2, false)},
 	{"cpu-adaptive", "as cpu-static10, with adaptive limits", runCPUBound(perTenantCap, true)},
+	{"oracle-cpu", "adaptive limits against static caps 1, 2, 4, 10 in interleaved rounds: CPU-bound scans", runOracle},
+	{"oracle-sleep", "as oracle-cpu: pg_sleep waits", runOracle},
+	{"oracle-mix", "as oracle-cpu: the noisy tenant alternates between bursts of scans and of waits", runOracle},
+	{"oracle-multi", "as oracle-cpu: three noisy tenants at once", runOracle},
 	{"http-shared", "HTTP through poolhttp.Middleware on loopback, every request in one bucket of 20: the shared limit alone", runHTTP(httpShared)},
 	{"http-queue", "HTTP through poolhttp.Middleware, 10 per tenant, a queue large enough for the burst", runHTTP(httpQueue)},
 	{"http-reject", "HTTP through poolhttp.Middleware, 10 per tenant, excess answered 429 with Retry-After", runHTTP(httpReject)},
@@ -63,6 +67,7 @@ type environment struct {
 	pg       *tenantdbtest.Postgres
 	external bool                   // pg is the -dsn server, not one started here
 	cpuset   string                 // CPUs for the CPU-bound scenarios' server
+	rounds   int                    // of the oracle-* scenarios
 	cpuPG    *tenantdbtest.Postgres // started by the first CPU-bound scenario
 	work     workload
 	tracer   *tracing.Tracer // nil unless -otlp or -metrics
@@ -73,7 +78,7 @@ type environment struct {
 }
 
 func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
-	env := &environment{pg: pg, external: opts.dsn != "", cpuset: opts.cpuset, work: newWorkload(opts.scale)}
+	env := &environment{pg: pg, external: opts.dsn != "", cpuset: opts.cpuset, rounds: opts.rounds, work: newWorkload(opts.scale)}
 	// Two tenants, both worth a label of their own from their first
 	// request: the default TopTenants labels a tenant only once a
 	// collection has seen it busy, after the noisy burst has begun.

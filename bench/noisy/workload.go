@@ -158,6 +158,10 @@ type result struct {
 	P99RejectServer float64 `json:"p99_reject_server_ms,omitempty"`
 	Errors          int     `json:"errors,omitempty"`
 	FirstError      string  `json:"first_error,omitempty"`
+	// Oracle is set on the oracle-* scenarios' rows, one per limit
+	// (Tenant names it): P50 and P99 are then the quiet tenant's, Makespan
+	// the noisy load's, all medians over rounds.
+	Oracle *oracleStats `json:"oracle,omitempty"`
 }
 
 func (o *outcome) result(scenario, tenant string) result {

@@ -168,17 +168,9 @@ func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRe
 			}
 		}
 		k := tenantKeys(l.cfg.Prefix, tenant)
-		for len(live) > 0 {
-			n := min(len(live), maxMembersPerCall)
-			args := make([]any, 0, 1+n)
-			args = append(args, k.channel)
-			for _, r := range live[:n] {
-				args = append(args, r.member)
-			}
-			calls = append(calls, &scriptCall{script: releaseScript, keys: []string{k.slots, k.waiting}, args: args})
-			parts = append(parts, part{tenant, live[:n]})
-			live = live[n:]
-		}
+		calls = memberCalls(calls, releaseScript, []string{k.slots, k.waiting}, []any{k.channel}, live,
+			func(r pendingRelease) string { return r.member },
+			func(chunk []pendingRelease) { parts = append(parts, part{tenant, chunk}) })
 	}
 	if len(calls) == 0 {
 		return nil, nil
@@ -224,17 +216,9 @@ func (l *Limiter) renew(ctx context.Context) error {
 		for s := range set {
 			leases = append(leases, s)
 		}
-		for len(leases) > 0 {
-			n := min(len(leases), maxMembersPerCall)
-			args := make([]any, 0, 2+n)
-			args = append(args, l.leaseTTL, l.keyTTL)
-			for _, s := range leases[:n] {
-				args = append(args, s.member)
-			}
-			calls = append(calls, &scriptCall{script: renewScript, keys: []string{k.slots}, args: args})
-			parts = append(parts, part{tenant, leases[:n]})
-			leases = leases[n:]
-		}
+		calls = memberCalls(calls, renewScript, []string{k.slots}, []any{l.leaseTTL, l.keyTTL}, leases,
+			func(s *lease) string { return s.member },
+			func(chunk []*lease) { parts = append(parts, part{tenant, chunk}) })
 	}
 	l.mu.Unlock()
 	if len(calls) == 0 {
@@ -312,17 +296,9 @@ func (l *Limiter) assertLocals(ctx context.Context) error {
 	)
 	for tenant, gs := range byTenant {
 		k := tenantKeys(l.cfg.Prefix, tenant)
-		for len(gs) > 0 {
-			n := min(len(gs), maxMembersPerCall)
-			args := make([]any, 0, 2+n)
-			args = append(args, l.leaseTTL, l.keyTTL)
-			for _, g := range gs[:n] {
-				args = append(args, g.member)
-			}
-			calls = append(calls, &scriptCall{script: assertScript, keys: []string{k.slots}, args: args})
-			parts = append(parts, gs[:n])
-			gs = gs[n:]
-		}
+		calls = memberCalls(calls, assertScript, []string{k.slots}, []any{l.leaseTTL, l.keyTTL}, gs,
+			func(g grant) string { return g.member },
+			func(chunk []grant) { parts = append(parts, chunk) })
 	}
 	sent := time.Now()
 	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))

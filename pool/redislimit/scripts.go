@@ -26,9 +26,7 @@ import (
 // expires (-1 if none or took)}. A member that is already there is never
 // overwritten (that would merge two leases into one slot): the script fails
 // with DUPMEMBER instead, which unique members make impossible.
-var takeScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var takeScript = redis.NewScript(luaNow + `
 local freed = 0
 if #ARGV > 7 then
   freed = redis.call('ZREM', KEYS[1], unpack(ARGV, 8))
@@ -82,9 +80,7 @@ return freed
 //
 // KEYS: slots. ARGV: lease TTL, key TTL, members....
 // Returns the 0-based indexes (among the members) of the lost ones.
-var renewScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var renewScript = redis.NewScript(luaNow + `
 local exp = now + tonumber(ARGV[1])
 local lost = {}
 for i = 3, #ARGV do
@@ -106,9 +102,7 @@ return lost
 //
 // KEYS: slots. ARGV: lease TTL, key TTL, members....
 // Returns the number added.
-var assertScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var assertScript = redis.NewScript(luaNow + `
 local exp = now + tonumber(ARGV[1])
 local added = 0
 for i = 3, #ARGV do
@@ -131,11 +125,14 @@ return 1
 // inUseScript counts the leases that have not expired.
 //
 // KEYS: slots. Returns the count.
-var inUseScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var inUseScript = redis.NewScript(luaNow + `
 return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 `)
+
+// luaNow starts the scripts that need the time: now, in ms, from Redis's
+// own clock, so that every process measures lease expiry against one clock.
+const luaNow = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 
 // maxMembersPerCall bounds the members one script call carries, to keep
 // each call short: Redis runs scripts one at a time.
@@ -207,4 +204,23 @@ func parseTake(cmd *redis.Cmd) (takeResult, error) {
 		return takeResult{}, fmt.Errorf("redislimit: unexpected take reply %v", v)
 	}
 	return takeResult{took: v[0] == 1, held: int(v[1]), soonest: v[2]}, nil
+}
+
+// memberCalls appends to calls one call of script per run of at most
+// maxMembersPerCall items, with keys and the arguments lead followed by the
+// items' members, and hands each run to chunk in the same order.
+func memberCalls[T any](calls []*scriptCall, script *redis.Script, keys []string, lead []any, items []T,
+	member func(T) string, chunk func([]T)) []*scriptCall {
+	for len(items) > 0 {
+		n := min(len(items), maxMembersPerCall)
+		args := make([]any, 0, len(lead)+n)
+		args = append(args, lead...)
+		for _, it := range items[:n] {
+			args = append(args, member(it))
+		}
+		calls = append(calls, &scriptCall{script: script, keys: keys, args: args})
+		chunk(items[:n])
+		items = items[n:]
+	}
+	return calls
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
@@ -168,6 +169,19 @@ func (cn *conn) Ping(ctx context.Context) error {
 		return tenantdb.ErrRevoked
 	}
 	return cn.pg.Ping(ctx)
+}
+
+// Conn returns the pgx connection under the database/sql connection, for
+// pgx features database/sql lacks (CopyFrom, batches) through sql.Conn.Raw:
+// dc.(interface{ Conn() *pgx.Conn }).Conn(). It is nil until a statement
+// with a tenant bound the connection (db.Conn with a tenant binds it at
+// once). Statements sent on it directly do not get ScopeTransaction's
+// setting.
+func (cn *conn) Conn() *pgx.Conn {
+	if cn.pg == nil {
+		return nil
+	}
+	return cn.pg.Conn()
 }
 
 // CheckNamedValue accepts every argument, as stdlib.Conn does: pgx encodes

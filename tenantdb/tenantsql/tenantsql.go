@@ -25,14 +25,17 @@
 // A call without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
 // health check as tenantdb.Pool.Ping is. Over-limit, no-tenant and
 // closed-pool errors reach the caller as tenantdb's own errors, never as
-// driver.ErrBadConn, so database/sql does not retry them.
+// driver.ErrBadConn, so database/sql does not retry them. When a tenant's
+// cluster-wide slot is revoked (tenantdb.ErrRevoked), the statement running
+// on its connection is cancelled and later ones on it are refused.
 //
 // database/sql never keeps a connection idle here, so none can pass from one
 // tenant to another inside its pool: the shared pgxpool keeps the idle
 // connections, as with pgx's stdlib.OpenDBFromPool. Leave SetMaxOpenConns
 // unset: the tenants' caps and the pgxpool's MaxConns bound the connections,
-// and database/sql's own queue would wait in front of them without knowing
-// tenants.
+// and database/sql's own queue would serve tenants first come, first served
+// in front of them (it works: a connection database/sql opens for a queued
+// call takes that call's tenant with its first statement).
 //
 // This package imports only database/sql, pgx's stdlib and tenantdb: the ORM
 // and the migration tool are the caller's.
@@ -80,6 +83,9 @@ func OpenDB(p *tenantdb.Pool, opts ...Option) *sql.DB {
 // report themselves invalid when database/sql would keep them, so no tenant's
 // connection is ever handed to another.
 func NewConnector(p *tenantdb.Pool, opts ...Option) driver.Connector {
+	if p == nil {
+		panic("tenantsql: a nil *tenantdb.Pool")
+	}
 	c := &connector{p: p}
 	for _, o := range opts {
 		o(c)

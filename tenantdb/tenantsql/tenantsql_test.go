@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
@@ -128,7 +131,8 @@ func TestNoTenant(t *testing.T) {
 // TestTxAndConnHoldTheSlot checks that an sql.Tx and an sql.Conn hold their
 // tenant's slot for their lifetime and give it back on Commit, Rollback and
 // Close; that a Conn opened without a tenant is bound by its first statement;
-// and that a statement with another tenant's context on them is refused.
+// that a Conn's Raw gives the pgx connection (CopyFrom runs on it); and that
+// a statement with another tenant's context on them is refused.
 func TestTxAndConnHoldTheSlot(t *testing.T) {
 	p := newPool(t, "", 4, tenantdb.Plan{MaxConns: 2}, tenantdb.Session{})
 	db := openDB(t, p)
@@ -163,6 +167,9 @@ func TestTxAndConnHoldTheSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.ExecContext(as("a"), "create temp table tenantsql_copy (n int)"); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if _, err := c.ExecContext(as("a"), "select 1"); err != nil {
 			t.Fatal(err)
@@ -173,6 +180,18 @@ func TestTxAndConnHoldTheSlot(t *testing.T) {
 	}
 	if err := c.PingContext(as("a")); err != nil {
 		t.Fatal(err)
+	}
+	err = c.Raw(func(dc any) error {
+		pc := dc.(interface{ Conn() *pgx.Conn }).Conn()
+		n, err := pc.CopyFrom(context.Background(), pgx.Identifier{"tenantsql_copy"}, []string{"n"},
+			pgx.CopyFromRows([][]any{{1}, {2}}))
+		if err == nil && n != 2 {
+			err = fmt.Errorf("copied %d rows; want 2", n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("CopyFrom on the pgx connection of a Conn's Raw: %v", err)
 	}
 	c.Close()
 	assertReleased(t, p, "a")
@@ -328,4 +347,39 @@ func TestClosedPool(t *testing.T) {
 	if err := db.Ping(); !errors.Is(err, tenantdb.ErrClosed) {
 		t.Fatalf("Ping after Close: %v; want ErrClosed", err)
 	}
+}
+
+// TestMaxOpenConnsQueue checks the connections database/sql's own opener
+// makes for callers queued behind SetMaxOpenConns, with no tenant in their
+// context: each is bound by the queued call's tenant, whose statement sees
+// its own setting, and nothing stays held.
+func TestMaxOpenConnsQueue(t *testing.T) {
+	dsn := setupRLS(t)
+	p := newPool(t, dsn, 2, tenantdb.Plan{MaxConns: 1}, rlsSession)
+	db := openDB(t, p)
+	db.SetMaxOpenConns(1)
+	tx, err := db.BeginTx(as("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		var s string
+		err := db.QueryRowContext(as("b"), "select current_setting('app.tenant_id')").Scan(&s)
+		errc <- err
+		got <- s
+	}()
+	eventually(t, "tenant b waits in database/sql's queue", func() bool { return db.Stats().WaitCount == 1 })
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns: %v", err)
+	}
+	if s := <-got; s != "b" {
+		t.Fatalf("tenant b queued behind SetMaxOpenConns saw setting %q; want b", s)
+	}
+	assertReleased(t, p, "a")
+	assertReleased(t, p, "b")
 }
