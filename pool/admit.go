@@ -124,7 +124,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		if t.ad != nil {
 			queueRoom += max(0, t.cap-t.held())
 		}
-		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom {
+		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom && !isRunnerRequest(ctx) {
 			err := g.overLimitLocked(t, 0)
 			g.countLocked(t, Rejected)
 			g.mu.Unlock()
@@ -149,6 +149,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	default:
 		d.Position = c.globalQ.n + c.capQ.n + 1
 		w.stage = stageCap
+		if isRunnerRequest(ctx) {
+			w.deadline = 0 // the Runner bounds its own waits
+		}
 		c.capQ.pushBack(&w.qlink)
 	}
 	g.waiting++

@@ -61,8 +61,10 @@ const defaultMaxQueued = 1000
 // order: a tenant's backlog of thousands delays another tenant's jobs by
 // about one job per worker, not by the backlog.
 //
-// A Runner keeps, per tenant with queued jobs, at most its cap of
-// goroutines asking the Gate for permits. Create it with NewRunner.
+// A Runner keeps, per tenant with queued jobs, at most its cap plus one of
+// goroutines asking the Gate for permits; the one over the cap waits
+// whatever the plan's MaxWaiting and MaxWait, so that the tenant is in the
+// Gate's round-robin whenever one of its jobs ends. Create it with NewRunner.
 type Runner struct {
 	g         *Gate
 	maxQueued int
@@ -125,6 +127,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cfg.OnError = func(tenant string, err error) { log.Printf("pool: runner: tenant %q: %v", tenant, err) }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	ctx = context.WithValue(ctx, runnerKey{}, true)
 	return &Runner{g: cfg.Gate, maxQueued: cfg.MaxQueued, onError: cfg.OnError,
 		ctx: ctx, cancel: cancel, tenants: make(map[string]*tenantJobs)}, nil
 }
@@ -172,13 +175,28 @@ func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
 	return nil
 }
 
-// limit is how many of tenantID's jobs may run at once: its effective limit
-// on the Gate, 1 for a tenant the Gate does not track yet (its first
-// acquirer starts the others once the Gate knows the tenant's cap).
+// limit is how many acquirers tenantID may have: one per job it may run at
+// once (its effective limit on the Gate) and one spare, which waits over
+// the tenant's cap so that the tenant is in the Gate's round-robin the
+// moment one of its jobs releases a worker; without it a tenant at its cap
+// could only take turns with the others, whatever its weight. A tenant the
+// Gate does not track yet gets one, which starts the others once the Gate
+// knows its cap.
 func (r *Runner) limit(tenantID string) int {
-	s, _ := r.g.TenantStats(tenantID)
-	return max(1, s.EffectiveLimit)
+	s, ok := r.g.TenantStats(tenantID)
+	if !ok {
+		return 1
+	}
+	return max(1, s.EffectiveLimit) + 1
 }
+
+// runnerKey marks the context of a Runner's requests to its Gate: over
+// their tenant's limit they wait regardless of the plan's MaxWaiting and
+// MaxWait, as the Runner keeps at most one such spare per tenant and
+// bounds the tenant's queue itself (RunnerConfig.MaxQueued).
+type runnerKey struct{}
+
+func isRunnerRequest(ctx context.Context) bool { return ctx.Value(runnerKey{}) != nil }
 
 // overLimit is the error for a tenant whose queue is full.
 func (r *Runner) overLimit(tenantID string, queued int) error {

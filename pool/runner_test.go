@@ -347,3 +347,103 @@ func TestRunnerBacklogDoesNotDelayOthers(t *testing.T) {
 		t.Fatalf("Close dropped %d, want the %d never started", dropped, backlog-int(noisyStarted.Load()))
 	}
 }
+
+// TestRunnerWeights: with two tenants' backlogs contending for the workers,
+// the Gate's weighted round-robin decides who runs next: a plan of weight 3
+// gets three jobs started for each one of a plan of weight 1. The test
+// frees one worker at a time, once every acquirer is back in line, so each
+// start is the Gate's choice and not a scheduling accident.
+func TestRunnerWeights(t *testing.T) {
+	const workers, backlog, rounds = 4, 300, 100
+	g := mustNew(t, pool.Config{
+		Capacity: workers,
+		Plans: map[string]pool.Plan{
+			"heavy": {MaxConns: workers, Weight: 3},
+			"light": {MaxConns: workers, Weight: 1},
+		},
+		DefaultPlan: "light",
+		Lookup: func(_ context.Context, id string) (pool.Tenant, error) {
+			return pool.Tenant{Plan: id}, nil
+		},
+	})
+	r, _ := newRunner(t, pool.RunnerConfig{Gate: g})
+	var mu sync.Mutex
+	var order []string
+	tick := make(chan struct{})
+	job := func(tenant string) pool.Job {
+		return func(ctx context.Context) {
+			mu.Lock()
+			order = append(order, tenant)
+			mu.Unlock()
+			select {
+			case <-tick:
+			case <-ctx.Done(): // the test failed and its cleanup closes the Runner
+			}
+		}
+	}
+	// One job each first, so that the Gate knows both tenants' caps when
+	// the backlogs arrive and each gets all its acquirers at once.
+	var first sync.WaitGroup
+	first.Add(2)
+	for _, tenant := range []string{"heavy", "light"} {
+		mustSubmit(t, r, context.Background(), tenant, func(context.Context) { first.Done() })
+	}
+	first.Wait()
+	eventually(t, "the first jobs are done", func() bool { return g.Stats().InUse == 0 })
+	for range backlog {
+		mustSubmit(t, r, context.Background(), "heavy", job("heavy"))
+		mustSubmit(t, r, context.Background(), "light", job("light"))
+	}
+	// Each tenant has one acquirer per job it may run plus a spare: with
+	// every worker busy, 2*(workers+1) - workers of them wait.
+	settled := func(started int) func() bool {
+		return func() bool {
+			mu.Lock()
+			n := len(order)
+			mu.Unlock()
+			return n == started && g.Stats().Waiting == workers+2
+		}
+	}
+	eventually(t, "every worker is busy and every acquirer waits", settled(workers))
+	for i := range rounds {
+		tick <- struct{}{} // one job ends; the Gate picks who starts next
+		eventually(t, "the next job starts", settled(workers+i+1))
+	}
+	mu.Lock()
+	n := map[string]int{}
+	for _, tenant := range order[workers:] {
+		n[tenant]++
+	}
+	mu.Unlock()
+	close(tick)
+	drain(t, r)
+	ratio := float64(n["heavy"]) / float64(max(1, n["light"]))
+	t.Logf("%d jobs started one at a time: heavy %d, light %d (%.2f : 1)", rounds, n["heavy"], n["light"], ratio)
+	if ratio < 2.5 || ratio > 3.5 {
+		t.Fatalf("heavy started %d and light %d of %d jobs, a ratio of %.2f; want 3 (the weights)", n["heavy"], n["light"], rounds, ratio)
+	}
+}
+
+// TestRunnerLookupError: a job whose admission fails (the Gate's Lookup
+// errs for its tenant) is reported with that error and not run; other
+// tenants' jobs run.
+func TestRunnerLookupError(t *testing.T) {
+	errLookup := errors.New("accounts service down")
+	g := mustNew(t, pool.Config{Capacity: 2, Lookup: func(_ context.Context, id string) (pool.Tenant, error) {
+		if id == "broken" {
+			return pool.Tenant{}, errLookup
+		}
+		return pool.Tenant{}, nil
+	}})
+	r, log := newRunner(t, pool.RunnerConfig{Gate: g})
+	var ran atomic.Int64
+	for range 2 {
+		mustSubmit(t, r, context.Background(), "broken", func(context.Context) { t.Error("a job of an unresolvable tenant ran") })
+		mustSubmit(t, r, context.Background(), "fine", func(context.Context) { ran.Add(1) })
+	}
+	drain(t, r)
+	errs := log.all()
+	if len(errs) != 2 || !errors.Is(errs[0], errLookup) || !errors.Is(errs[1], errLookup) || ran.Load() != 2 {
+		t.Fatalf("reported %v, ran %d; want the Lookup error twice and fine's 2 jobs run", errs, ran.Load())
+	}
+}

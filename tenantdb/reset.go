@@ -26,14 +26,15 @@ const connTenantKey = "tenantdb.tenant"
 // round trips, and pgx prepares its statements again on their next use. A
 // connection that stays with its tenant keeps its session, as a direct
 // connection of that tenant would: only statements run. A new connection
-// needs no reset.
-func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string) error {
+// needs no reset. handover reports whether the connection changed tenant.
+func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string) (handover bool, err error) {
 	data := conn.PgConn().CustomData()
 	last, used := data[connTenantKey].(string)
-	if used && last != tenant {
+	handover = used && last != tenant
+	if handover {
 		delete(data, connTenantKey) // until the reset is complete
 		if err := conn.DeallocateAll(ctx); err != nil {
-			return err
+			return true, err
 		}
 		if statements == "" {
 			statements = resetStatements
@@ -43,16 +44,16 @@ func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string
 	}
 	if statements != "" {
 		if _, err := conn.PgConn().Exec(ctx, statements).ReadAll(); err != nil {
-			return err
+			return handover, err
 		}
 	}
-	if used && last != tenant {
+	if handover {
 		dropNotifications(conn)
 	}
 	if !used || last != tenant {
 		data[connTenantKey] = tenant // boxing allocates: only on a change
 	}
-	return nil
+	return handover, nil
 }
 
 // dropNotifications discards the notifications pgx has buffered on conn for

@@ -242,9 +242,14 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 	if len(exprs) > 0 {
 		statements = "select " + strings.Join(exprs, ", ")
 	}
-	if err := resetSession(ctx, conn, tenant, statements); err != nil {
-		if conn.IsClosed() && ctx.Err() == nil {
-			return false, nil // a broken connection: pgxpool tries another
+	handover, err := resetSession(ctx, conn, tenant, statements)
+	if err != nil {
+		if ctx.Err() == nil && (handover || conn.IsClosed()) {
+			// A broken connection, or a reset that the previous tenant's
+			// session made fail (its statement_timeout, a cancel its
+			// timeout left pending): destroy it, pgxpool tries another,
+			// at the latest a new one, which needs no reset.
+			return false, nil
 		}
 		return false, fmt.Errorf("tenantdb: set the session state for tenant %q: %w", tenant, err)
 	}

@@ -210,13 +210,9 @@ func TestSessionStateDoesNotCrossTenants(t *testing.T) {
 				checkListen(t, newStatePool(t, withSession, false), true)
 			})
 			t.Run("a statement_timeout shorter than the reset", func(t *testing.T) {
-				// A known hole: about 1 hand-over in 100 fails b's request
-				// with SQLSTATE 57014, the reset cancelled by a's timeout
-				// (or by a cancel its expiry left pending, "due to user
-				// request"). Treating a 57014 from the reset like a broken
-				// connection (destroy it, pgxpool tries another) passes;
-				// remove this skip then.
-				t.Skip("known hole (issue 17): a's statement_timeout can cancel the reset and fail b's request")
+				// The reset, cancelled by a's timeout (or by a cancel its
+				// expiry left pending), must not fail b's request: the
+				// connection is destroyed and pgxpool tries another.
 				checkShortTimeout(t, newStatePool(t, withSession, false))
 			})
 			t.Run("session advisory lock", func(t *testing.T) { checkAdvisoryLock(t, newStatePool(t, withSession, false)) })
