@@ -17,8 +17,12 @@ import (
 // proxyProbe shows which tenant a statement ran as: the setting the RLS
 // policy reads, how many rls_docs rows the policy let it see (a: 2, b: 1, no
 // setting: 0), and which schema's items table its search_path found.
-const proxyProbe = "select coalesce(current_setting('app.tenant_id', true), ''), " +
-	"(select count(*) from rls_docs), coalesce((select name from items), 'no items')"
+//
+// The schema is looked up rather than read from, so that a statement whose
+// search_path finds no items table (the defaults, restored by a reset on the
+// same server connection) counts as run under none instead of failing.
+const proxyProbe = "select coalesce(current_setting('app.tenant_id', true), ''), (select count(*) from rls_docs), " +
+	"coalesce((select relnamespace::regnamespace::text from pg_class where oid = to_regclass('items')), 'no items')"
 
 // proxyTally counts the statements a tenant ran and those that ran under
 // another tenant's setting or none.
@@ -173,7 +177,7 @@ func proxyStatements(ctx context.Context, p *tenantdb.Pool, tenant string, n int
 		}
 		want := wantProbe[tenant]
 		tally.saw(tenant, fmt.Sprintf("ran as %q seeing %d rows and %q", setting, rows, item),
-			setting == tenant && rows == int64(len(want.tenants)) && item == want.item)
+			setting == tenant && rows == int64(len(want.tenants)) && item == "tenant_"+tenant)
 	}
 
 	tag, err := p.Exec(ctx, "select from rls_docs where $1::int >= 0", n)
