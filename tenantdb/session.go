@@ -179,8 +179,12 @@ func setConfig(name, value string, local bool) string {
 // depend on standard_conforming_strings. Tenant IDs and schema names carry
 // no NUL byte (pool refuses control characters; path checks schema names).
 func quoteLiteral(s string) string {
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+	return "E'" + literalEscaper.Replace(s) + "'"
 }
+
+// literalEscaper escapes backslashes and quotes for quoteLiteral; built
+// once, since every acquire with a Session quotes the tenant ID.
+var literalEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`)
 
 // path returns tenant's search_path as a list of quoted schema names, or ""
 // (the role's default) for no tenant or no schemas.
