@@ -173,7 +173,11 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 // checks, migrations and what tenantdb does not wrap.
 func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 
-// Gate returns the admission gate, for stats and runtime changes.
+// Gate returns the Pool's admission gate: change limits at runtime with its
+// SetPlan, SetTenantLimit and InvalidateTenant, read every tenant's stats with
+// AppendTenantStats, or pass it to what takes a *pool.Gate (tracing's
+// ObserveGate, a pool.Runner whose jobs share the tenants' slots). Close the
+// Pool, not the Gate.
 func (p *Pool) Gate() *pool.Gate { return p.gate }
 
 // Config returns a copy of the pgxpool's configuration.
@@ -181,18 +185,6 @@ func (p *Pool) Config() *pgxpool.Config { return p.pg.Config() }
 
 // Reset closes every connection in the shared pool, as pgxpool.Pool.Reset.
 func (p *Pool) Reset() { p.pg.Reset() }
-
-// SetTenantLimit overrides a tenant's cap at runtime; 0 removes the override.
-// See pool.Gate.SetTenantLimit.
-func (p *Pool) SetTenantLimit(tenantID string, n int) error {
-	return p.gate.SetTenantLimit(tenantID, n)
-}
-
-// SetPlan adds or changes a plan at runtime. See pool.Gate.SetPlan.
-func (p *Pool) SetPlan(name string, plan Plan) error { return p.gate.SetPlan(name, plan) }
-
-// InvalidateTenant drops a tenant's cached Lookup answer.
-func (p *Pool) InvalidateTenant(tenantID string) { p.gate.InvalidateTenant(tenantID) }
 
 // Stat is the shared pgxpool's statistics plus the tenant gate's totals.
 type Stat struct {
