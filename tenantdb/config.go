@@ -90,10 +90,10 @@ type Config struct {
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, New checks that that many tenants at the default
 	// plan's cap fit in MaxConns (the guide's sizing check) and logs a
-	// warning if not; Capacity reports it. Default 0: not checked.
+	// warning if not; Sizing reports it. Default 0: not checked.
 	TypicalActiveTenants int
 
-	// Logger receives New's sizing warnings (see Capacity). Default nil:
+	// Logger receives New's sizing warnings (see Pool.Sizing). Default nil:
 	// slog.Default(); slog.New(slog.DiscardHandler) silences them.
 	Logger *slog.Logger
 

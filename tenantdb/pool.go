@@ -78,7 +78,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
 	p := &Pool{pg: pg, gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
-	p.warnCapacity(cfg)
+	p.warnSizing(cfg)
 	idleTTL := cfg.IdleTTL
 	if idleTTL <= 0 {
 		idleTTL = 5 * time.Minute
