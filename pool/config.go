@@ -43,7 +43,7 @@ type Plan struct {
 	// last free units it needs. A reservation is in force from the tenant's
 	// first request until it is evicted as idle, and only while the
 	// reservations in force sum to at most Config.MaxReserved; a tenant that
-	// does not fit runs without one until room frees (see Stats.ReservationsDenied).
+	// does not fit runs without one until room frees (see Stat.ReservationsDenied).
 	// Default 0. At most MaxConns and Config.MaxReserved.
 	ReservedConns int
 }

@@ -175,7 +175,7 @@ func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 
 // Gate returns the Pool's admission gate: change limits at runtime with its
 // SetPlan, SetTenantLimit and InvalidateTenant, read every tenant's stats with
-// AppendTenantStats, or pass it to what takes a *pool.Gate (tracing's
+// AppendTenantStat, or pass it to what takes a *pool.Gate (tracing's
 // ObserveGate, a pool.Runner whose jobs share the tenants' slots). Close the
 // Pool, not the Gate.
 func (p *Pool) Gate() *pool.Gate { return p.gate }
@@ -191,19 +191,16 @@ type Stat struct {
 	*pgxpool.Stat
 	// Tenants are the gate's totals: connections in use and waiting across
 	// tenants, tenants tracked, admissions by outcome.
-	Tenants pool.Stats
+	Tenants pool.Stat
 }
 
 // Stat returns a snapshot of the pool and the tenant gate.
-func (p *Pool) Stat() *Stat { return &Stat{Stat: p.pg.Stat(), Tenants: p.gate.Stats()} }
-
-// TenantStat is a snapshot of one tenant.
-type TenantStat = pool.TenantStats
+func (p *Pool) Stat() *Stat { return &Stat{Stat: p.pg.Stat(), Tenants: p.gate.Stat()} }
 
 // TenantStat returns a snapshot of tenantID: its limit, connections in use
 // and waiting, admissions by outcome, and wait and hold times. A tenant that
 // is not tracked (never seen, or evicted as idle) has zero values.
-func (p *Pool) TenantStat(tenantID string) TenantStat {
-	s, _ := p.gate.TenantStats(tenantID)
+func (p *Pool) TenantStat(tenantID string) pool.TenantStat {
+	s, _ := p.gate.TenantStat(tenantID)
 	return s
 }

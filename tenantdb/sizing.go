@@ -53,8 +53,8 @@ type PlanSizing struct {
 // hold): call it for reports and health pages, not per request.
 func (p *Pool) Sizing() Sizing {
 	c := p.staticSizing()
-	c.Reserved = p.gate.Stats().Reserved
-	for _, t := range p.gate.AppendTenantStats(nil) {
+	c.Reserved = p.gate.Stat().Reserved
+	for _, t := range p.gate.AppendTenantStat(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++
 			c.ActiveDemand += t.Limit
