@@ -34,7 +34,7 @@ type Pool struct {
 
 	session *sessionSetup
 
-	typicalActive int // Config.TypicalActiveTenants, for Capacity
+	typicalActive int // Config.TypicalActiveTenants, for Sizing
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -51,14 +51,19 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if pgxCfg == nil {
 		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
 	}
-	if err := cfg.Session.validate(pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
+	if err := validateSession(cfg.Session, pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
 	if cfg.TypicalActiveTenants < 0 {
 		return nil, fmt.Errorf("tenantdb: %w: TypicalActiveTenants must not be negative, got %d",
 			pool.ErrInvalidConfig, cfg.TypicalActiveTenants)
 	}
-	gate, err := pool.New(cfg.gateConfig(int(pgxCfg.MaxConns)))
+	if cfg.Capacity != 0 && cfg.Capacity != int(pgxCfg.MaxConns) {
+		return nil, fmt.Errorf("tenantdb: %w: Capacity is the pgxpool.Config's MaxConns %d; leave it 0, got %d",
+			pool.ErrInvalidConfig, pgxCfg.MaxConns, cfg.Capacity)
+	}
+	cfg.Capacity = int(pgxCfg.MaxConns)
+	gate, err := pool.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
 	}
