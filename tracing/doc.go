@@ -1,7 +1,10 @@
 // Package tracing is tenantdb's OpenTelemetry instrumentation: spans for
 // admissions and queries, per-tenant and connection-pool metrics, and leak
 // detection. Like otelpgx and otelhttp it depends on the OpenTelemetry API
-// only: the program brings the providers (otel's global ones by default).
+// only: the program brings the providers, with [WithTracerProvider] and
+// [WithMeterProvider] (otel.GetTracerProvider() and otel.GetMeterProvider()
+// for the global ones); without them the Tracer records nothing but leak
+// reports.
 // Package [github.com/tenantdb/tenantdb/tracing/otelsetup] sets them up:
 // OTLP export of spans and metrics, or metrics for Prometheus to scrape.
 //
@@ -10,7 +13,8 @@
 // after any pgx tracer of your own, so query spans come from it too.
 // Then register the pool's observable metrics with [Tracer.ObservePool]:
 //
-//	tr := tracing.New(tracing.WithPoolName("orders"))
+//	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(mp),
+//		tracing.WithPoolName("orders"))
 //	p, err := tenantdb.New(ctx, pgxCfg, tenantdb.Config{Tracer: tr, ...})
 //	...
 //	stop, err := tr.ObservePool(p)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tracing"
@@ -13,11 +14,13 @@ import (
 
 // A service whose OpenTelemetry providers are set up at start-up (by
 // package tracing/otelsetup, or the service's own SDK setup) and installed
-// as otel's global ones, which New uses by default: per-tenant spans and
+// as otel's global ones, which it passes to New: per-tenant spans and
 // metrics, with leak detection.
 func Example() {
 	ctx := context.Background()
 	tr := tracing.New(
+		tracing.WithTracerProvider(otel.GetTracerProvider()),
+		tracing.WithMeterProvider(otel.GetMeterProvider()),
 		tracing.WithPoolName("orders"),
 		tracing.WithCardinality(tracing.TopTenants(10, 100)),
 		tracing.WithLeakDetection(30*time.Second),

@@ -51,14 +51,14 @@ func newConfig(opts []Option) config {
 // says otherwise.
 const defaultPoolName = "tenantdb"
 
-// WithTracerProvider sets the provider of the Tracer's spans. Default: the
-// global one (otel.GetTracerProvider) at the time New is called.
+// WithTracerProvider sets the provider of the Tracer's spans. Default: a
+// no-op provider; pass otel.GetTracerProvider() to use the global one.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) { c.tracerProvider = tp })
 }
 
-// WithMeterProvider sets the provider of the Tracer's metrics. Default: the
-// global one (otel.GetMeterProvider) at the time New is called.
+// WithMeterProvider sets the provider of the Tracer's metrics. Default: a
+// no-op provider; pass otel.GetMeterProvider() to use the global one.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.meterProvider = mp })
 }
@@ -123,8 +123,8 @@ func WithLeakDetection(threshold time.Duration) Option {
 	return optionFunc(func(c *config) { c.leakThreshold = max(threshold, 0) })
 }
 
-// WithLogger sets the logger of leak reports. Default: slog.Default() at the
-// time of the report.
+// WithLogger sets the logger of leak reports and of errors creating the
+// instruments. Default: slog.Default() at the time of the report.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }

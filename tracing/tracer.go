@@ -2,13 +2,15 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jackc/pgx/v5"
 
@@ -53,16 +55,20 @@ var (
 	_ pgx.ConnectTracer  = (*Tracer)(nil)
 )
 
-// New returns a Tracer. Its instruments are created here, once; an error
-// creating one (which the SDK reports only for invalid names or units, so
-// never in practice) goes to otel.Handle and leaves that instrument a no-op.
+// New returns a Tracer on the providers given by [WithTracerProvider] and
+// [WithMeterProvider]. Without them it uses no-op providers and records
+// nothing but leak reports: a program that installs otel's global providers
+// passes otel.GetTracerProvider() and otel.GetMeterProvider(). Its
+// instruments are created here, once; an error creating one (which the SDK
+// reports only for invalid names or units, so never in practice) is logged
+// to the Tracer's logger and leaves that instrument a no-op.
 func New(opts ...Option) *Tracer {
 	cfg := newConfig(opts)
 	if cfg.tracerProvider == nil {
-		cfg.tracerProvider = otel.GetTracerProvider()
+		cfg.tracerProvider = tracenoop.NewTracerProvider()
 	}
 	if cfg.meterProvider == nil {
-		cfg.meterProvider = otel.GetMeterProvider()
+		cfg.meterProvider = metricnoop.NewMeterProvider()
 	}
 	t := &Tracer{
 		cfg:    cfg,
@@ -80,7 +86,7 @@ func New(opts ...Option) *Tracer {
 	t.idleObs = []metric.ObserveOption{metric.WithAttributes(poolName, semconv.DBClientConnectionStateIdle)}
 
 	if err := t.instruments.create(t.meter); err != nil {
-		otel.Handle(err)
+		t.logger().Error("tenantdb: creating the tracing instruments", slog.Any("error", err))
 	}
 	return t
 }

@@ -174,7 +174,8 @@ func StartOTLP(ctx context.Context, cfg OTLPConfig) (*OTLP, error) {
 
 // Options returns [tracing.WithTracerProvider] and
 // [tracing.WithMeterProvider] for the providers that were set up, for
-// [tracing.New].
+// [tracing.New]. A signal turned off (NoTraces, NoMetrics) gets no option:
+// the Tracer leaves it to a no-op provider unless given another.
 func (o *OTLP) Options() []tracing.Option {
 	var opts []tracing.Option
 	if o.TracerProvider != nil {
