@@ -20,8 +20,8 @@ type Adaptive = pool.Adaptive
 // Unbounded, as Plan.MaxWaiting, asks for an unbounded per-tenant queue.
 const Unbounded = pool.Unbounded
 
-// Config configures the tenant bulkheads of a Pool: it is pool.Config, whose
-// fields document themselves. Zero values mean the documented defaults; every
-// field is optional. The global limit, Capacity, is the pgxpool.Config's
-// MaxConns: New fills it in, and rejects any other value.
+// Config configures the tenant bulkheads of a Pool. It is pool.Config, where
+// each field is documented; every field is optional, and zero means its
+// default. Capacity, the global limit, is the pgxpool.Config's MaxConns: New
+// sets it, and rejects any other value.
 type Config = pool.Config
