@@ -65,8 +65,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-func tenantStat(g *pool.Gate, id string) pool.TenantStats {
-	s, _ := g.TenantStats(id)
+func tenantStat(g *pool.Gate, id string) pool.TenantStat {
+	s, _ := g.TenantStat(id)
 	return s
 }
 
