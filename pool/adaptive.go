@@ -65,9 +65,9 @@ const (
 	maxBackoff   = 64
 
 	// minInflatedSamples is the fewest holds, all inflated, on which a
-	// window is judged inflated: a window of one or two (at a limit of one
-	// or two) would take a tenant's few slow holds, which other tenants'
-	// load causes, for queueing of its own, and hold it at its floor.
+	// window above a limit of one is judged inflated: a window of one or two
+	// would take a tenant's few slow holds, which other tenants' load
+	// causes, for queueing of its own, and cut it.
 	minInflatedSamples = 3
 )
 
@@ -219,10 +219,11 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.baseline, a.measured, a.baseLimit, stale = a.winMin, now, old, false
 	}
 	tolerated := a.tolerated(cfg)
-	if !stale && a.winMin > tolerated && a.n < minInflatedSamples {
+	if !stale && a.winMin > tolerated && a.n < minInflatedSamples && old > 1 {
 		// Too few samples to call the holds inflated: one or two slow
 		// holds happen to any tenant on a busy database. The window goes
 		// on until a hold within tolerance or minInflatedSamples of them.
+		// At a limit of one nothing is cut (see below): one hold will do.
 		return old
 	}
 	switch {
@@ -234,8 +235,11 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// Inflated at a limit of one: nothing to cut, and with no other
 		// permit of its own running, the hold is what one of this tenant's
 		// queries takes now (other tenants or the machine are slower). It
-		// becomes the baseline, as a probe's window would.
+		// becomes the baseline, as a probe's window would. The cuts that
+		// brought the tenant here were the same outside slowdown, not its
+		// own concurrency: their ceiling goes, and slow start resumes.
 		a.baseline, a.measured, a.baseLimit = a.winMin, now, old
+		a.ceiling, a.wait, a.backoff, a.slowStart = 0, 0, 0, true
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
