@@ -35,6 +35,10 @@ const (
 	// ErrorCluster: the cluster could not serve the key (CLUSTERDOWN,
 	// TRYAGAIN, or MOVED/ASK the client did not follow).
 	ErrorCluster
+	// ErrorReplication: fewer than Config.MinReplicas replicas confirmed a
+	// write in time (a replica down or lagging, or this master demoted by a
+	// failover).
+	ErrorReplication
 
 	numErrorKinds = iota
 )
@@ -53,6 +57,8 @@ func (k ErrorKind) String() string {
 		return "script"
 	case ErrorCluster:
 		return "cluster"
+	case ErrorReplication:
+		return "replication"
 	default:
 		return "other"
 	}
@@ -61,10 +67,16 @@ func (k ErrorKind) String() string {
 // errTimedOut is the failure of a call that did not answer within OpTimeout.
 var errTimedOut = errors.New("no answer within OpTimeout")
 
+// errNotReplicated is the failure of a write that fewer than
+// Config.MinReplicas replicas confirmed within OpTimeout.
+var errNotReplicated = errors.New("write not confirmed by enough replicas")
+
 // classify returns the kind of a failed call's error.
 func classify(err error) ErrorKind {
 	var ne net.Error
 	switch {
+	case errors.Is(err, errNotReplicated):
+		return ErrorReplication
 	case errors.Is(err, errTimedOut), errors.Is(err, context.DeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():
 		return ErrorTimeout

@@ -81,6 +81,16 @@ type Config struct {
 	// Mode says what to do when Redis cannot be asked. Default FailOpen.
 	Mode Mode
 
+	// MinReplicas is how many replicas must confirm a take, a renewal or a
+	// probe (Redis WAIT, within OpTimeout) before the limiter relies on it;
+	// an unconfirmed one is a failure (ErrorReplication), handled as Mode
+	// says. Replication is asynchronous: with 0, the default, a failover
+	// can lose the leases written just before it, and the new master then
+	// hands their slots out again. Set it to 1 behind Sentinel so that a
+	// promoted replica has every lease in use. It needs a *redis.Client; a
+	// *redis.ClusterClient is refused.
+	MinReplicas int
+
 	// ProcessID names this process in the lease members it writes, which is
 	// what an operator sees in the sorted sets. It need not be unique: every
 	// member also carries a random part chosen by New, so limiters given the
@@ -132,6 +142,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RecheckEvery == 0 {
 		c.RecheckEvery = defaultRecheckEvery
+	}
+	if c.MinReplicas < 0 {
+		return bad("MinReplicas %d is negative", c.MinReplicas)
+	}
+	if _, cluster := c.Client.(*redis.ClusterClient); cluster && c.MinReplicas > 0 {
+		return bad("MinReplicas needs a *redis.Client: a *redis.ClusterClient routes WAIT to any node")
 	}
 	if c.Mode != FailOpen && c.Mode != FailClosed {
 		return bad("unknown %v", c.Mode)

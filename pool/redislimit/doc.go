@@ -69,7 +69,8 @@
 // only the process's own limits apply; with FailClosed it gets an error
 // matching ErrUnavailable. Failures are classified (Stats.ErrorsByKind):
 // timeouts, network errors, OOM (Redis refuses writes yet answers PING),
-// READONLY (a replica, during a failover), script errors, cluster errors.
+// READONLY (a replica, during a failover), script errors, cluster errors,
+// writes the replicas did not confirm (Config.MinReplicas).
 //
 // Recovery is a reconcile, every RecheckEvery while degraded: a probe that
 // writes (PING would succeed under OOM and make the limiter flap), then the
@@ -82,6 +83,12 @@
 // take whose outcome is unknown (it timed out, or its caller gave up) is
 // released as soon as Redis answers. Redis restarted without persistence
 // forgets every lease; renewals then find them lost (see above).
+//
+// Replication is asynchronous: a failover may promote a replica that lacks
+// the leases written just before it, and the new master would hand their
+// slots out again. Config.MinReplicas makes every take, renewal and probe
+// wait (WAIT) for that many replicas to confirm it, or fail
+// (ErrorReplication); behind Sentinel set it to 1 and run two replicas.
 //
 // Redis must not evict the limiter's keys: set maxmemory-policy noeviction
 // (the default), so that a full Redis refuses writes instead of dropping a

@@ -144,7 +144,7 @@ func (l *Limiter) SlotsKey(tenant string) string { return tenantKeys(l.cfg.Prefi
 func (l *Limiter) InUse(ctx context.Context, tenant string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 	defer cancel()
-	cmd, rt := l.run(ctx, inUseScript, []string{l.SlotsKey(tenant)})
+	cmd, rt := l.run(ctx, inUseScript, false, []string{l.SlotsKey(tenant)})
 	l.c.roundTrips.Add(uint64(rt))
 	n, err := cmd.Int()
 	if err != nil {

@@ -118,7 +118,7 @@ func (l *Limiter) pendingCount() int {
 
 // probe asks Redis whether it takes writes and runs scripts again.
 func (l *Limiter) probe(ctx context.Context) error {
-	cmd, rt := l.run(ctx, probeScript, []string{"{" + l.cfg.Prefix + "}:probe"})
+	cmd, rt := l.run(ctx, probeScript, true, []string{"{" + l.cfg.Prefix + "}:probe"})
 	l.c.roundTrips.Add(uint64(rt))
 	return cmd.Err()
 }
@@ -175,7 +175,7 @@ func (l *Limiter) releaseInRedis(ctx context.Context, rel map[string][]pendingRe
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
+	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls, false)))
 	var failed map[string][]pendingRelease
 	var firstErr error
 	for i, c := range calls {
@@ -226,7 +226,7 @@ func (l *Limiter) renew(ctx context.Context) error {
 	}
 
 	sent := time.Now()
-	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
+	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls, true)))
 	var firstErr error
 	for i, c := range calls {
 		lost, err := c.cmd.Int64Slice()
@@ -301,7 +301,7 @@ func (l *Limiter) assertLocals(ctx context.Context) error {
 			func(chunk []grant) { parts = append(parts, chunk) })
 	}
 	sent := time.Now()
-	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls)))
+	l.c.roundTrips.Add(uint64(l.runPipelined(ctx, calls, true)))
 	var firstErr error
 	for i, c := range calls {
 		err := c.cmd.Err()

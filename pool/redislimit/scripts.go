@@ -147,8 +147,15 @@ type scriptCall struct {
 }
 
 // run runs one script: EVALSHA, and EVAL when Redis does not know the
-// script (first use, or after a restart). It returns the round trips made.
-func (l *Limiter) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, int) {
+// script (first use, or after a restart). With confirm, a write must be
+// confirmed by Config.MinReplicas replicas (see runPipelined). It returns
+// the round trips made.
+func (l *Limiter) run(ctx context.Context, s *redis.Script, confirm bool, keys []string, args ...any) (*redis.Cmd, int) {
+	if confirm && l.cfg.MinReplicas > 0 {
+		c := &scriptCall{script: s, keys: keys, args: args}
+		rt := l.runPipelined(ctx, []*scriptCall{c}, true)
+		return c.cmd, rt
+	}
 	cmd := s.EvalSha(ctx, l.client, keys, args...)
 	if !isNoScript(cmd.Err()) {
 		return cmd, 1
@@ -157,17 +164,21 @@ func (l *Limiter) run(ctx context.Context, s *redis.Script, keys []string, args 
 }
 
 // runPipelined runs calls in one pipeline (one round trip per node), again
-// with EVAL for those that met NOSCRIPT. It returns the round trips made.
-// Each call's outcome is in its cmd.
-func (l *Limiter) runPipelined(ctx context.Context, calls []*scriptCall) int {
+// with EVAL for those that met NOSCRIPT. With confirm and
+// Config.MinReplicas set, each pipeline ends with WAIT, and the calls it
+// does not confirm fail with errNotReplicated: replication is asynchronous,
+// and a failover would lose what no replica has. It returns the round trips
+// made. Each call's outcome is in its cmd.
+func (l *Limiter) runPipelined(ctx context.Context, calls []*scriptCall, confirm bool) int {
 	if len(calls) == 0 {
 		return 0
 	}
+	wait := confirm && l.cfg.MinReplicas > 0
 	pipe := l.client.Pipeline()
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
-	_, _ = pipe.Exec(ctx) // errors are in the cmds
+	l.execConfirmed(ctx, pipe, calls, wait)
 	var again []*scriptCall
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
@@ -181,8 +192,37 @@ func (l *Limiter) runPipelined(ctx context.Context, calls []*scriptCall) int {
 	for _, c := range again {
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
-	_, _ = pipe.Exec(ctx)
+	l.execConfirmed(ctx, pipe, again, wait)
 	return 2
+}
+
+// execConfirmed runs pipe, which holds calls, followed by WAIT when wait is
+// set; WAIT covers the writes made before it on the pipeline's connection.
+// WAIT gives up after half of OpTimeout, so that its answer, not the
+// call's timeout, says why a call failed.
+// A call that succeeded but was not confirmed gets WAIT's error, or
+// errNotReplicated.
+func (l *Limiter) execConfirmed(ctx context.Context, pipe redis.Pipeliner, calls []*scriptCall, wait bool) {
+	var w *redis.Cmd
+	if wait {
+		w = pipe.Do(ctx, "wait", l.cfg.MinReplicas, max(1, l.cfg.OpTimeout.Milliseconds()/2))
+	}
+	_, _ = pipe.Exec(ctx) // errors are in the cmds
+	if w == nil {
+		return
+	}
+	n, err := w.Int64()
+	if err == nil && n < int64(l.cfg.MinReplicas) {
+		err = fmt.Errorf("%w: %d of %d", errNotReplicated, n, l.cfg.MinReplicas)
+	}
+	if err == nil {
+		return
+	}
+	for _, c := range calls {
+		if c.cmd.Err() == nil {
+			c.cmd.SetErr(err)
+		}
+	}
 }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -95,17 +95,19 @@ func (l *Limiter) runTake(call *takeCall, tenant string, k keys, member string, 
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.OpTimeout)
 	start := time.Now()
-	cmd, rt := l.run(ctx, takeScript, []string{k.slots, k.waiting}, args...)
+	cmd, rt := l.run(ctx, takeScript, true, []string{k.slots, k.waiting}, args...)
 	cancel()
 	l.c.roundTrips.Add(uint64(rt))
 	res, err := parseTake(cmd)
 	res.rtt = time.Since(start)
 	call.res, call.err = res, err
 	if call.state.CompareAndSwap(callRunning, callDone) {
-		close(call.done)
+		// Counted before the caller hears of it, so that Stats read after a
+		// failed AcquireSlot show the failure.
 		if err != nil && l.ctx.Err() == nil {
 			l.noteFailure(err)
 		}
+		close(call.done)
 	} else if err != nil && l.ctx.Err() == nil && call.state.Load() != callAbandonedTimeout {
 		l.noteFailure(err)
 	}
