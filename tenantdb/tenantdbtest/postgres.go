@@ -27,6 +27,13 @@ const (
 	DefaultMaxConnections = 300
 )
 
+var postgresService = service[*Postgres, PostgresOption]{
+	envVar:   postgresDSNEnv,
+	existing: func(dsn string) (*Postgres, error) { return existingPostgres(dsn), nil },
+	run:      runPostgres,
+	describe: func(p *Postgres) string { return fmt.Sprintf("PostgreSQL (%s) at %s", p.Image, p.Addr) },
+}
+
 // Postgres is a PostgreSQL server for tests: a container started by
 // StartPostgres or RunPostgres, or an existing server named by
 // TENANTDB_POSTGRES_DSN.
@@ -122,13 +129,6 @@ func WithCPUSet(cpus string) PostgresOption {
 // minutes.
 func WithPostgresStartupTimeout(d time.Duration) PostgresOption {
 	return func(c *postgresConfig) { c.startupTimeout = d }
-}
-
-var postgresService = service[*Postgres, PostgresOption]{
-	envVar:   postgresDSNEnv,
-	existing: func(dsn string) (*Postgres, error) { return existingPostgres(dsn), nil },
-	run:      runPostgres,
-	describe: func(p *Postgres) string { return fmt.Sprintf("PostgreSQL (%s) at %s", p.Image, p.Addr) },
 }
 
 // StartPostgres returns a PostgreSQL server for t, started in a container
