@@ -144,6 +144,7 @@ func WithJaegerStartupTimeout(d time.Duration) JaegerOption {
 	return func(c *jaegerConfig) { c.startupTimeout = d }
 }
 
+// jaegerService is how StartJaeger and RunJaeger get a Jaeger server.
 var jaegerService = service[*Jaeger, JaegerOption]{
 	envVar:   jaegerQueryURLEnv,
 	existing: existingJaeger,

@@ -27,6 +27,7 @@ const (
 	DefaultMaxConnections = 300
 )
 
+// postgresService is how StartPostgres and RunPostgres get a PostgreSQL server.
 var postgresService = service[*Postgres, PostgresOption]{
 	envVar:   postgresDSNEnv,
 	existing: func(dsn string) (*Postgres, error) { return existingPostgres(dsn), nil },

@@ -62,6 +62,7 @@ func WithRedisStartupTimeout(d time.Duration) RedisOption {
 	return func(c *redisConfig) { c.startupTimeout = d }
 }
 
+// redisService is how StartRedis and RunRedis get a Redis server.
 var redisService = service[*Redis, RedisOption]{
 	envVar: redisAddrEnv,
 	existing: func(addr string) (*Redis, error) {

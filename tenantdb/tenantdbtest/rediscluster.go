@@ -38,6 +38,7 @@ func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 	return clusterService.start(t, opts)
 }
 
+// clusterService is how StartRedisCluster gets a Redis Cluster.
 var clusterService = service[*RedisCluster, RedisOption]{
 	run: func(ctx context.Context, opts []RedisOption) (*RedisCluster, error) {
 		return RunRedisCluster(ctx, opts...)

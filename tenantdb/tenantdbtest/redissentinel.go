@@ -118,6 +118,7 @@ func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel,
 	return s, nil
 }
 
+// sentinelService is how StartRedisSentinel gets a Sentinel set-up.
 var sentinelService = service[*RedisSentinel, RedisOption]{
 	run: func(ctx context.Context, opts []RedisOption) (*RedisSentinel, error) {
 		return RunRedisSentinel(ctx, opts...)
