@@ -308,11 +308,11 @@ func TestAdaptiveGate(t *testing.T) {
 		Adaptive: Adaptive{Enabled: true, MinConns: 2}})
 	ctx := context.Background()
 	eff := func() int {
-		s, _ := g.TenantStats("a")
+		s, _ := g.TenantStat("a")
 		return s.EffectiveLimit
 	}
 	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a")
-	if s, _ := g.TenantStats("a"); s.Limit != 8 || s.EffectiveLimit != 2 {
+	if s, _ := g.TenantStat("a"); s.Limit != 8 || s.EffectiveLimit != 2 {
 		t.Fatalf("cold tenant: Limit %d EffectiveLimit %d, want 8 and the floor 2", s.Limit, s.EffectiveLimit)
 	}
 	clock.advance(10 * time.Millisecond)
@@ -328,7 +328,7 @@ func TestAdaptiveGate(t *testing.T) {
 	for range 2 {
 		go func() { p, err := g.Acquire(ctx, "a"); waiters <- acquired{p, err} }()
 	}
-	waitUntil(t, "two wait", func() bool { return g.Stats().Waiting == 2 })
+	waitUntil(t, "two wait", func() bool { return g.Stat().Waiting == 2 })
 	clock.advance(40 * time.Millisecond) // four at once took four times as long
 	held[0].Release()
 	held[1].Release()
@@ -343,11 +343,11 @@ func TestAdaptiveGate(t *testing.T) {
 	if got := eff(); got != 2 {
 		t.Fatalf("after holds 4x the baseline: effective limit %d, want the floor 2", got)
 	}
-	if s, _ := g.TenantStats("a"); s.InUse != 2 {
+	if s, _ := g.TenantStat("a"); s.InUse != 2 {
 		t.Fatalf("in use %d, want the 2 granted before the cut", s.InUse)
 	}
 	ch := acquireAsync(ctx, g, "a") // at the new limit: waits
-	waitUntil(t, "a request waits at the cut limit", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "a request waits at the cut limit", func() bool { return g.Stat().Waiting == 1 })
 	w1.p.Release()
 	r := recvErr(t, ch)
 	if r.err != nil {
@@ -358,7 +358,7 @@ func TestAdaptiveGate(t *testing.T) {
 	if n := violations.Load(); n != 0 {
 		t.Fatalf("%d grants above the effective limit", n)
 	}
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("%d in use, %d waiting at the end", s.InUse, s.Waiting)
 	}
 }
@@ -367,7 +367,7 @@ func TestAdaptiveOffLeavesTheCap(t *testing.T) {
 	g, _ := newTestGate(t, Config{Capacity: 4, Plans: map[string]Plan{"p": {MaxConns: 3}}})
 	p := acquire(t, g, "a")
 	defer p.Release()
-	if s, _ := g.TenantStats("a"); s.Limit != 3 || s.EffectiveLimit != 3 {
+	if s, _ := g.TenantStat("a"); s.Limit != 3 || s.EffectiveLimit != 3 {
 		t.Fatalf("Limit %d EffectiveLimit %d, want both the cap 3", s.Limit, s.EffectiveLimit)
 	}
 }
@@ -378,7 +378,7 @@ func TestAdaptiveFloorKeepsTheReservation(t *testing.T) {
 		Adaptive: Adaptive{Enabled: true}})
 	p := acquire(t, g, "a")
 	defer p.Release()
-	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 4 || s.Reserved != 4 {
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 4 || s.Reserved != 4 {
 		t.Fatalf("EffectiveLimit %d Reserved %d, want both 4: the floor is raised to the reservation", s.EffectiveLimit, s.Reserved)
 	}
 }
@@ -394,7 +394,7 @@ func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
 	ctx := context.Background()
 	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a") // the floor, 2
 	w3, w4 := acquireAsync(ctx, g, "a"), acquireAsync(ctx, g, "a")
-	waitUntil(t, "two wait for the effective limit", func() bool { return g.Stats().Waiting == 2 })
+	waitUntil(t, "two wait for the effective limit", func() bool { return g.Stat().Waiting == 2 })
 	_, err := g.Acquire(ctx, "a")
 	var over *OverLimitError
 	if !errors.As(err, &over) {
@@ -402,13 +402,13 @@ func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
 	}
 	clock.advance(10 * time.Millisecond)
 	p1.Release() // one of the two waiting takes the slot
-	waitUntil(t, "one waiter is served", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one waiter is served", func() bool { return g.Stat().Waiting == 1 })
 	p2.Release() // a window of 2 without inflation: the limit doubles to 4, the other is served
 	r3, r4 := recvErr(t, w3), recvErr(t, w4)
 	if r3.err != nil || r4.err != nil {
 		t.Fatal(r3.err, r4.err)
 	}
-	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 4 || s.InUse != 2 || s.Rejected != 1 {
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 4 || s.InUse != 2 || s.Rejected != 1 {
 		t.Fatalf("effective limit %d, in use %d, rejected %d; want 4, 2, 1", s.EffectiveLimit, s.InUse, s.Rejected)
 	}
 	r3.p.Release()
@@ -469,7 +469,7 @@ func TestAdaptiveDefaultFloorIsOne(t *testing.T) {
 		Adaptive: Adaptive{Enabled: true}})
 	p := acquire(t, g, "a")
 	defer p.Release()
-	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 1 {
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 1 {
 		t.Fatalf("cold tenant: EffectiveLimit %d, want the default floor 1", s.EffectiveLimit)
 	}
 }

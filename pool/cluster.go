@@ -26,6 +26,12 @@ type ClusterLimiter interface {
 
 // ClusterLease is a cluster-wide slot. Release returns it; it may do I/O, and
 // is never called under the Gate's lock.
+//
+// A lease that its limiter may take back while it is held (the store can no
+// longer vouch for it and may have given the slot to another process) also
+// has a method Revoked() <-chan struct{}, whose channel closes then; the
+// holder should stop using what the slot guards. A nil channel is never
+// closed. Permit.Revoked returns it.
 type ClusterLease interface {
 	Release()
 	// Local reports that the slot is enforced by this process only, because
@@ -33,14 +39,9 @@ type ClusterLease interface {
 	Local() bool
 }
 
-// RevocableLease is a ClusterLease that its limiter may take back while it
-// is held: the store can no longer vouch for it (it was cut off from the
-// store for longer than the lease lives, say) and may have given the slot to
-// another process. Done is closed then; the holder should stop using what
-// the slot guards. A nil Done is never closed.
-type RevocableLease interface {
-	ClusterLease
-	Done() <-chan struct{}
+// revocable is the optional method of a ClusterLease that can be revoked.
+type revocable interface {
+	Revoked() <-chan struct{}
 }
 
 // clusterWait is how long a request of plan p may wait for a cluster slot:

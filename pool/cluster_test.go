@@ -108,7 +108,7 @@ func TestClusterCapacityNotHeldWhileAsking(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "slow"); done <- err }()
-	waitUntil(t, "slow waits for a cluster slot", func() bool { s, _ := g.TenantStats("slow"); return s.Waiting == 1 })
+	waitUntil(t, "slow waits for a cluster slot", func() bool { s, _ := g.TenantStat("slow"); return s.Waiting == 1 })
 	a, b := acquire(t, g, "other"), acquire(t, g, "other")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -116,8 +116,8 @@ func TestClusterCapacityNotHeldWhileAsking(t *testing.T) {
 	}
 	a.Release()
 	b.Release()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
-		t.Fatalf("Stats = %+v", s)
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
+		t.Fatalf("Stat = %+v", s)
 	}
 }
 
@@ -149,7 +149,7 @@ func TestClusterOutcomes(t *testing.T) {
 	mc.failWith = errors.New("redis: connection refused")
 	mc.mu.Unlock()
 	_, err = g.Acquire(context.Background(), "acme")
-	if err == nil || rec.last.Outcome != Failed || g.Stats().ClusterErrors != 1 {
+	if err == nil || rec.last.Outcome != Failed || g.Stat().ClusterErrors != 1 {
 		t.Fatalf("fail closed: err = %v, outcome %v", err, rec.last.Outcome)
 	}
 
@@ -157,11 +157,11 @@ func TestClusterOutcomes(t *testing.T) {
 	mc.failWith, mc.local = nil, true
 	mc.mu.Unlock()
 	p := acquire(t, g, "acme")
-	if !rec.last.ClusterLocal || g.Stats().ClusterLocal != 1 {
-		t.Fatalf("fail open not visible: %+v %+v", rec.last, g.Stats())
+	if !rec.last.ClusterLocal || g.Stat().ClusterLocal != 1 {
+		t.Fatalf("fail open not visible: %+v %+v", rec.last, g.Stat())
 	}
 	p.Release()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 || mc.outstanding() != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 || mc.outstanding() != 0 {
 		t.Fatalf("held after the outcomes: %+v, %d leases", s, mc.outstanding())
 	}
 }
@@ -187,7 +187,7 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
-	waitUntil(t, "b holds a lease and waits", func() bool { return mc.outstanding() == 2 && g.Stats().Waiting == 1 })
+	waitUntil(t, "b holds a lease and waits", func() bool { return mc.outstanding() == 2 && g.Stat().Waiting == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 	p.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -43,7 +44,7 @@ type Plan struct {
 	// last free units it needs. A reservation is in force from the tenant's
 	// first request until it is evicted as idle, and only while the
 	// reservations in force sum to at most Config.MaxReserved; a tenant that
-	// does not fit runs without one until room frees (see Stats.ReservationsDenied).
+	// does not fit runs without one until room frees (see Stat.ReservationsDenied).
 	// Default 0. At most MaxConns and Config.MaxReserved.
 	ReservedConns int
 }
@@ -57,15 +58,19 @@ type Tenant struct {
 	MaxConns int
 }
 
-// Config configures a Gate. Zero values mean the documented defaults; only
-// Capacity is required.
+// Config configures a Gate, and a tenantdb.Pool, whose tenantdb.Config is
+// this type. Zero values mean the documented defaults; only Capacity is
+// required by New, and tenantdb.New fills it in. Session,
+// TypicalActiveTenants and Logger are read by tenantdb.New only.
 type Config struct {
 	// Capacity is the global number of permits, shared by all tenants.
-	// tenantdb sets it to the pgxpool's MaxConns. Required, positive.
+	// Required, positive. tenantdb.New sets it to the pgxpool.Config's
+	// MaxConns; leave it 0 there.
 	Capacity int
 
-	// Plans maps plan names to plans. Default: one plan named "default" with
-	// MaxConns Capacity/2 (at least 1), rejecting over it.
+	// Plans maps plan names to plans. A plan's MaxConns and ReservedConns
+	// must fit in Capacity. Default: one plan named "default" with MaxConns
+	// Capacity/2 (at least 1), rejecting over it.
 	Plans map[string]Plan
 
 	// DefaultPlan is the plan of tenants that Lookup places on no plan, and of
@@ -85,8 +90,9 @@ type Config struct {
 
 	// IdleTTL is how long a tenant with nothing in use or waiting is tracked
 	// before its state (counters, cached Lookup answer, reservation) is
-	// removed. Removal happens lazily on later requests and on EvictIdle, so a
-	// tenant is removed no sooner than IdleTTL after it went idle. Default 5 minutes.
+	// removed. Removal happens lazily on later requests and on EvictIdle
+	// (which a tenantdb.Pool runs every IdleTTL/2), so a tenant is removed no
+	// sooner than IdleTTL after it went idle. Default 5 minutes.
 	IdleTTL time.Duration
 
 	// MaxTenants bounds how many tenants are tracked at once, so that a flood
@@ -105,19 +111,47 @@ type Config struct {
 	// MaxRetryAfter bounds OverLimitError.RetryAfter. Default 30 seconds.
 	MaxRetryAfter time.Duration
 
-	// Tracer observes admissions; if it also implements ReleaseTracer, releases.
-	// Default nil.
+	// Tracer observes admissions; if it also implements ReleaseTracer,
+	// releases. With tenantdb, if it implements pgx's tracer interfaces
+	// (pgx.QueryTracer and the optional Batch, CopyFrom, Prepare and Connect
+	// tracers), tenantdb.New chains it after the tracer already in the
+	// pgxpool.Config's ConnConfig.Tracer, so a tracer of your own keeps
+	// working; package tracing provides one. Default nil.
 	Tracer AcquireTracer
 
-	// Cluster, when set, keeps each tenant's cap across processes: every
-	// request also takes a cluster-wide slot from it, after its local tenant
-	// slot and before global capacity. Default nil: limits are per process.
+	// Cluster, when set, keeps each tenant's cap across the processes that
+	// share it (pool/redislimit keeps it in Redis): every request also takes
+	// a cluster-wide slot from it, after its local tenant slot and before
+	// global capacity. Default nil: caps are per process, so a tenant's
+	// effective cap is its plan's MaxConns times the number of processes.
 	Cluster ClusterLimiter
 
 	// Adaptive, when Enabled, moves each tenant's effective limit between a
-	// floor and its cap by what its own hold times show (see Adaptive).
+	// floor and its cap by what its own hold times show (see Adaptive): it
+	// lowers the limit while more of the tenant's queries at once only queue
+	// inside the database, and raises it back while they do not, so
+	// waiting-type work (pg_sleep, lock waits elsewhere, slow remote calls)
+	// keeps its cap. A request under the cap is never rejected because of
+	// it, only delayed. TenantStat.EffectiveLimit shows where each tenant is.
 	// Default off: the effective limit is the cap.
 	Adaptive Adaptive
+
+	// Session sets per-tenant session state on each connection before a
+	// tenant's call uses it (a setting for row-level security policies, a
+	// search_path), and restores the defaults for calls without a tenant.
+	// Default: none, at no cost. Read by tenantdb.New; see tenantdb.Session.
+	Session Session
+
+	// TypicalActiveTenants is how many tenants you expect to be busy at the
+	// same moment. With it, tenantdb.New checks that that many tenants at
+	// the default plan's cap fit in Capacity and logs a warning if not;
+	// tenantdb.Pool.Sizing reports it. Default 0: not checked.
+	TypicalActiveTenants int
+
+	// Logger receives tenantdb.New's sizing warnings (see
+	// tenantdb.Pool.Sizing). Default nil: slog.Default();
+	// slog.New(slog.DiscardHandler) silences them.
+	Logger *slog.Logger
 }
 
 const (

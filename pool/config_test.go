@@ -53,7 +53,7 @@ func TestConfigDefaults(t *testing.T) {
 	if _, err := g.Acquire(t.Context(), "acme"); !errors.Is(err, pool.ErrOverLimit) {
 		t.Fatalf("default plan is half the capacity, rejecting over it; got %v", err)
 	}
-	if s, _ := g.TenantStats("acme"); s.Plan != "default" || s.Limit != 10 {
+	if s, _ := g.TenantStat("acme"); s.Plan != "default" || s.Limit != 10 {
 		t.Fatalf("stats = %+v", s)
 	}
 }

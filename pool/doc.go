@@ -24,7 +24,9 @@
 // pgxpool, package poolhttp in front of HTTP handlers and outbound calls, and
 // [Runner] runs background jobs from per-tenant queues on a Gate. One context
 // key carries the tenant through all of them ([WithTenant], [TenantFrom]).
-// It imports only the standard library.
+// [Config] is tenantdb.Config too, so it also holds the few settings only
+// tenantdb reads ([Session], TypicalActiveTenants, Logger), which a Gate
+// ignores. It imports only the standard library.
 //
 // All work done under the Gate's mutex is O(1) (bounded loops, and one
 // amortized: dropping tenants that went busy from the idle list), and user

@@ -44,7 +44,7 @@ type OverLimitError struct {
 	// Limit is the tenant's cap when it was refused (its plan's MaxConns, a
 	// Lookup override or SetTenantLimit), whether it was refused on arrival
 	// or after waiting. Under Config.Adaptive the request may have waited
-	// for a lower effective limit (TenantStats.EffectiveLimit).
+	// for a lower effective limit (TenantStat.EffectiveLimit).
 	Limit int
 	// RetryAfter estimates when a retry is likely to find a free slot, from the
 	// tenant's observed hold times and how many of its requests are ahead.

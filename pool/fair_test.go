@@ -92,11 +92,11 @@ func TestOneWaiterNotStarvedByAThousand(t *testing.T) {
 	for i := range 2 { // free one unit at a time
 		held[i].Release()
 		// Grants are counted under the lock at once: the stats tell who got it.
-		if s, _ := g.TenantStats("small"); s.InUse == 1 {
+		if s, _ := g.TenantStat("small"); s.InUse == 1 {
 			break
 		}
 	}
-	if s, _ := g.TenantStats("small"); s.InUse != 1 {
+	if s, _ := g.TenantStat("small"); s.InUse != 1 {
 		t.Fatal("small not served within two grants while big had 8 requests ahead of it")
 	}
 	r := recv(t, small)
@@ -138,7 +138,7 @@ func reservationGate(t *testing.T) *pool.Gate {
 func TestReservationKeepsCapacityForItsTenant(t *testing.T) {
 	g := reservationGate(t)
 	mustAcquire(t, g, "ent").Release() // ent is tracked: its reservation of 2 is in force
-	if s := g.Stats(); s.Reserved != 2 {
+	if s := g.Stat(); s.Reserved != 2 {
 		t.Fatalf("Reserved = %d, want 2", s.Reserved)
 	}
 	// std may take the unreserved half only, though its own cap is 4.
@@ -157,7 +157,7 @@ func TestReservationKeepsCapacityForItsTenant(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ent waited for its reservation: %v", err)
 	}
-	if s, _ := g.TenantStats("ent"); s.InUse != 2 || s.Reserved != 2 || s.WaitTime != 0 {
+	if s, _ := g.TenantStat("ent"); s.InUse != 2 || s.Reserved != 2 || s.WaitTime != 0 {
 		t.Fatalf("ent = %+v", s)
 	}
 	// Above its reservation, ent competes like anyone else.
@@ -209,11 +209,11 @@ func TestReservationsInForceNeverExceedMaxReserved(t *testing.T) {
 	g := reservationGate(t)
 	mustAcquire(t, g, "ent-1").Release()
 	mustAcquire(t, g, "ent-2").Release() // would bring reservations to 4 > MaxReserved 2
-	s := g.Stats()
+	s := g.Stat()
 	if s.Reserved != 2 || s.ReservationsDenied != 1 {
-		t.Fatalf("Stats = %+v, want Reserved 2 and 1 denied", s)
+		t.Fatalf("Stat = %+v, want Reserved 2 and 1 denied", s)
 	}
-	if e2, _ := g.TenantStats("ent-2"); e2.Reserved != 0 {
+	if e2, _ := g.TenantStat("ent-2"); e2.Reserved != 0 {
 		t.Fatalf("ent-2 = %+v, want no reservation", e2)
 	}
 	// A denied tenant still works, sharing the unreserved capacity.

@@ -157,7 +157,7 @@ const (
 )
 
 // adminBatch is how many tenants an administrative operation (SetPlan,
-// EvictIdle, AppendTenantStats) handles per hold of the lock, so that after a
+// EvictIdle, AppendTenantStat) handles per hold of the lock, so that after a
 // flood of tenants admissions still get the lock between batches.
 const adminBatch = 1024
 

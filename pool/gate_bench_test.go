@@ -146,7 +146,7 @@ func BenchmarkRejection(b *testing.B) {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { _, _ = g.Acquire(wctx, "acme"); close(done) }()
-		for g.Stats().Waiting != 1 {
+		for g.Stat().Waiting != 1 {
 			runtime.Gosched()
 		}
 		b.ReportAllocs()

@@ -14,23 +14,23 @@ func TestAcquireReleaseCounts(t *testing.T) {
 	g := mustNew(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"std": {MaxConns: 2}}})
 	a := mustAcquire(t, g, "acme")
 	b := mustAcquire(t, g, "acme")
-	s, ok := g.TenantStats("acme")
+	s, ok := g.TenantStat("acme")
 	if !ok || s.InUse != 2 || s.Limit != 2 || s.Plan != "std" || s.Acquired != 2 {
-		t.Fatalf("TenantStats = %+v, %v", s, ok)
+		t.Fatalf("TenantStat = %+v, %v", s, ok)
 	}
 	a.Release()
 	a.Release() // idempotent
 	copyOfB := b
 	b.Release()
 	copyOfB.Release() // a copy of a released permit is released too
-	if s := g.Stats(); s.InUse != 0 || s.Acquired != 2 {
-		t.Fatalf("Stats = %+v", s)
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 2 {
+		t.Fatalf("Stat = %+v", s)
 	}
 	// The slots really came back: the tenant can hold its cap again.
 	mustAcquire(t, g, "acme").Release()
 	mustAcquire(t, g, "acme")
 	mustAcquire(t, g, "acme")
-	if s, _ := g.TenantStats("acme"); s.InUse != 2 {
+	if s, _ := g.TenantStat("acme"); s.InUse != 2 {
 		t.Fatalf("InUse = %d after reacquiring, want 2", s.InUse)
 	}
 	var zero pool.Permit
@@ -43,7 +43,7 @@ func TestReleaseOfRecycledPermitDoesNotReleaseNewHolder(t *testing.T) {
 	old.Release()
 	cur := mustAcquire(t, g, "b") // likely reuses old's state
 	old.Release()                 // stale: must not free b's slot
-	if s := g.Stats(); s.InUse != 1 {
+	if s := g.Stat(); s.InUse != 1 {
 		t.Fatalf("stale Release freed the current holder: InUse = %d", s.InUse)
 	}
 	cur.Release()
@@ -69,7 +69,7 @@ func TestRejectOverCap(t *testing.T) {
 	}
 	// Another tenant is not affected by noisy's cap.
 	mustAcquire(t, g, "quiet")
-	if s, _ := g.TenantStats("noisy"); s.Rejected != 1 || s.InUse != 2 || s.Waiting != 0 {
+	if s, _ := g.TenantStat("noisy"); s.Rejected != 1 || s.InUse != 2 || s.Waiting != 0 {
 		t.Fatalf("noisy stats = %+v", s)
 	}
 }
@@ -131,7 +131,7 @@ func TestBoundedQueue(t *testing.T) {
 		t.Fatal(r2.err)
 	}
 	r2.p.Release()
-	if s, _ := g.TenantStats("acme"); s.Rejected != 1 || s.Acquired != 3 || s.WaitTime <= 0 {
+	if s, _ := g.TenantStat("acme"); s.Rejected != 1 || s.Acquired != 3 || s.WaitTime <= 0 {
 		t.Fatalf("stats = %+v", s)
 	}
 	assertDrained(t, g)
@@ -168,7 +168,7 @@ func TestMaxWaitRejectsAfterWaiting(t *testing.T) {
 	if ole.Waited < 20*time.Millisecond {
 		t.Fatalf("Waited = %v, want at least MaxWait", ole.Waited)
 	}
-	if s, _ := g.TenantStats("acme"); s.TimedOut != 1 || s.Waiting != 0 || s.InUse != 1 {
+	if s, _ := g.TenantStat("acme"); s.TimedOut != 1 || s.Waiting != 0 || s.InUse != 1 {
 		t.Fatalf("stats = %+v", s)
 	}
 }
@@ -208,7 +208,7 @@ func TestContextDeadlineWhileWaiting(t *testing.T) {
 			if errors.Is(err, pool.ErrOverLimit) {
 				t.Fatalf("a deadline is not an over-limit rejection: %v", err)
 			}
-			if s, _ := g.TenantStats("acme"); s.TimedOut != 1 || s.Waiting != 0 {
+			if s, _ := g.TenantStat("acme"); s.TimedOut != 1 || s.Waiting != 0 {
 				t.Fatalf("stats = %+v", s)
 			}
 			held.Release()
@@ -242,7 +242,7 @@ func TestInvalidTenantIDs(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidTenant", name, err)
 		}
 	}
-	if s := g.Stats(); s.Tenants != 0 || s.InUse != 0 {
+	if s := g.Stat(); s.Tenants != 0 || s.InUse != 0 {
 		t.Fatalf("invalid IDs left state behind: %+v", s)
 	}
 	mustAcquire(t, g, "ünïcode-ok").Release()
@@ -333,15 +333,15 @@ func TestLookupErrorsAreSurfaced(t *testing.T) {
 	if _, err := g.Acquire(context.Background(), "huge"); !errors.Is(err, pool.ErrInvalidConfig) {
 		t.Fatalf("override above capacity: %v", err)
 	}
-	if s := g.Stats(); s.Tenants != 0 || s.InUse != 0 {
+	if s := g.Stat(); s.Tenants != 0 || s.InUse != 0 {
 		t.Fatalf("failed lookups left state: %+v", s)
 	}
 	mustAcquire(t, g, "big")
-	if s, _ := g.TenantStats("big"); s.Limit != 3 || s.Plan != "std" {
+	if s, _ := g.TenantStat("big"); s.Limit != 3 || s.Plan != "std" {
 		t.Fatalf("override from Lookup not applied: %+v", s)
 	}
 	mustAcquire(t, g, "plain")
-	if s, _ := g.TenantStats("plain"); s.Limit != 2 || s.Plan != "std" {
+	if s, _ := g.TenantStat("plain"); s.Limit != 2 || s.Plan != "std" {
 		t.Fatalf("default plan not applied: %+v", s)
 	}
 }
@@ -366,7 +366,7 @@ func TestRuntimeLimitChanges(t *testing.T) {
 	if err := g.SetTenantLimit("acme", 1); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := g.TenantStats("acme"); s.InUse != 4 || s.Limit != 1 {
+	if s, _ := g.TenantStat("acme"); s.InUse != 4 || s.Limit != 1 {
 		t.Fatalf("after cut: %+v", s)
 	}
 	w3 := acquireAsync(context.Background(), g, "acme")
@@ -389,7 +389,7 @@ func TestRuntimeLimitChanges(t *testing.T) {
 	if err := g.SetTenantLimit("acme", 0); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := g.TenantStats("acme"); s.Limit != 3 {
+	if s, _ := g.TenantStat("acme"); s.Limit != 3 {
 		t.Fatalf("limit after plan change = %d, want 3", s.Limit)
 	}
 	if err := g.SetTenantLimit("acme", 11); !errors.Is(err, pool.ErrInvalidConfig) {
@@ -418,7 +418,7 @@ func TestCutDemotesRequestsWaitingForGlobalCapacity(t *testing.T) {
 	}
 	o.Release() // global capacity frees, but acme is at its new cap
 	assertPending(t, w, g, "acme", 1)
-	if s, _ := g.TenantStats("acme"); s.InUse != 1 {
+	if s, _ := g.TenantStat("acme"); s.InUse != 1 {
 		t.Fatalf("acme InUse = %d above its cap of 1", s.InUse)
 	}
 	a.Release()

@@ -51,11 +51,11 @@ func eventually(t testing.TB, what string, cond func() bool) {
 }
 
 func waitingIs(g *pool.Gate, n int) func() bool {
-	return func() bool { return g.Stats().Waiting == n }
+	return func() bool { return g.Stat().Waiting == n }
 }
 
 func tenantWaitingIs(g *pool.Gate, id string, n int) func() bool {
-	return func() bool { s, _ := g.TenantStats(id); return s.Waiting == n }
+	return func() bool { s, _ := g.TenantStat(id); return s.Waiting == n }
 }
 
 // recv returns the result from ch, failing the test if none comes soon.
@@ -75,7 +75,7 @@ func recv(t testing.TB, ch <-chan result) result {
 // is made, rather than only ch, which the waiter's goroutine fills later.
 func assertPending(t testing.TB, ch <-chan result, g *pool.Gate, id string, waiting int) {
 	t.Helper()
-	if s, _ := g.TenantStats(id); s.Waiting != waiting {
+	if s, _ := g.TenantStat(id); s.Waiting != waiting {
 		t.Fatalf("expected %d of %s's requests to wait, the Gate has %d", waiting, id, s.Waiting)
 	}
 	select {
@@ -95,7 +95,7 @@ func errString(err error) string {
 // assertDrained checks that nothing is in use or waiting.
 func assertDrained(t testing.TB, g *pool.Gate) {
 	t.Helper()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("gate not drained: %d in use, %d waiting", s.InUse, s.Waiting)
 	}
 }

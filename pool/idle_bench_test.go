@@ -33,13 +33,13 @@ func BenchmarkIdleTenantMemory(b *testing.B) {
 			p.Release()
 		}
 		tracked := heapAlloc()
-		if got := g.Stats().Tenants; got != n {
+		if got := g.Stat().Tenants; got != n {
 			b.Fatalf("tracked %d tenants, want %d", got, n)
 		}
 		g.EvictIdle() // stamps every idle tenant
 		clock += int64(2 * time.Hour)
 		g.EvictIdle() // evicts them
-		if got := g.Stats().Tenants; got != 0 {
+		if got := g.Stat().Tenants; got != 0 {
 			b.Fatalf("%d tenants left after eviction", got)
 		}
 		after := heapAlloc()
@@ -66,10 +66,10 @@ func heapAlloc() int64 {
 func BenchmarkAdminAt100kTenants(b *testing.B) {
 	const n = 100_000
 	ops := map[string]func(g *Gate){
-		"SetPlan":           func(g *Gate) { _ = g.SetPlan("p", Plan{MaxConns: 1 + len(g.tenants)%2}) },
-		"AppendTenantStats": func(g *Gate) { _ = g.AppendTenantStats(nil) },
+		"SetPlan":          func(g *Gate) { _ = g.SetPlan("p", Plan{MaxConns: 1 + len(g.tenants)%2}) },
+		"AppendTenantStat": func(g *Gate) { _ = g.AppendTenantStat(nil) },
 	}
-	for _, name := range []string{"SetPlan", "AppendTenantStats"} {
+	for _, name := range []string{"SetPlan", "AppendTenantStat"} {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			g, err := New(Config{Capacity: 10, MaxTenants: n + 1, IdleTTL: time.Hour, Plans: map[string]Plan{"p": {MaxConns: 2}}})

@@ -37,7 +37,7 @@ func acquire(t *testing.T, g *Gate, id string) Permit {
 }
 
 func tracked(g *Gate, id string) bool {
-	_, ok := g.TenantStats(id)
+	_, ok := g.TenantStat(id)
 	return ok
 }
 
@@ -56,8 +56,8 @@ func TestIdleTenantEvictedAfterTTL(t *testing.T) {
 	if n := g.EvictIdle(); n != 1 || tracked(g, "a") {
 		t.Fatalf("evicted %d, tracked=%v; want a evicted after IdleTTL", n, tracked(g, "a"))
 	}
-	if s := g.Stats(); s.Evicted != 1 || s.Tenants != 0 || s.Acquired != 1 {
-		t.Fatalf("Stats = %+v: totals must survive eviction", s)
+	if s := g.Stat(); s.Evicted != 1 || s.Tenants != 0 || s.Acquired != 1 {
+		t.Fatalf("Stat = %+v: totals must survive eviction", s)
 	}
 }
 
@@ -67,7 +67,7 @@ func TestBusyTenantsAreNotEvicted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "waiter"); done <- err }()
-	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 	for range 3 {
 		clock.advance(time.Hour)
 		g.EvictIdle()
@@ -103,13 +103,13 @@ func TestMaxTenantsBoundsState(t *testing.T) {
 	if _, err := g.Acquire(context.Background(), "d"); !errors.Is(err, ErrTooManyTenants) {
 		t.Fatalf("err = %v, want ErrTooManyTenants", err)
 	}
-	if tracked(g, "d") || g.Stats().Tenants != 3 {
+	if tracked(g, "d") || g.Stat().Tenants != 3 {
 		t.Fatal("a refused tenant was tracked")
 	}
 	a.Release() // a is idle now (long before its TTL): it makes room
 	acquire(t, g, "d")
-	if tracked(g, "a") || g.Stats().Tenants != 3 {
-		t.Fatalf("tracked a=%v tenants=%d; want a evicted early to make room", tracked(g, "a"), g.Stats().Tenants)
+	if tracked(g, "a") || g.Stat().Tenants != 3 {
+		t.Fatalf("tracked a=%v tenants=%d; want a evicted early to make room", tracked(g, "a"), g.Stat().Tenants)
 	}
 }
 
@@ -129,14 +129,14 @@ func TestEvictingReservedTenantFreesItsReservation(t *testing.T) {
 	s1 := acquire(t, g, "std")
 	done := make(chan Permit, 1)
 	go func() { p, _ := g.Acquire(context.Background(), "std"); done <- p }()
-	waitUntil(t, "one request waits: the last free unit is ent's", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one request waits: the last free unit is ent's", func() bool { return g.Stat().Waiting == 1 })
 	clock.advance(2 * time.Minute)
 	g.EvictIdle() // stamps ent
 	clock.advance(2 * time.Minute)
 	g.EvictIdle() // evicts ent: its reserved unit goes to std's waiter
 	p := <-done
-	if s := g.Stats(); s.Reserved != 0 || s.InUse != 2 {
-		t.Fatalf("Stats = %+v", s)
+	if s := g.Stat(); s.Reserved != 0 || s.InUse != 2 {
+		t.Fatalf("Stat = %+v", s)
 	}
 	p.Release()
 	s1.Release()
@@ -162,13 +162,13 @@ func TestLookupCachedForTTL(t *testing.T) {
 	plan.Store("ent") // the tenant upgrades
 	clock.advance(61 * time.Second)
 	acquire(t, g, "acme").Release()
-	if s, _ := g.TenantStats("acme"); calls.Load() != 2 || s.Limit != 8 || s.Plan != "ent" {
+	if s, _ := g.TenantStat("acme"); calls.Load() != 2 || s.Limit != 8 || s.Plan != "ent" {
 		t.Fatalf("after TTL: calls=%d stats=%+v", calls.Load(), s)
 	}
 	plan.Store("std")
 	g.InvalidateTenant("acme")
 	acquire(t, g, "acme").Release()
-	if s, _ := g.TenantStats("acme"); calls.Load() != 3 || s.Limit != 2 {
+	if s, _ := g.TenantStat("acme"); calls.Load() != 3 || s.Limit != 2 {
 		t.Fatalf("after InvalidateTenant: calls=%d stats=%+v", calls.Load(), s)
 	}
 }
@@ -187,7 +187,7 @@ func TestGrantRacingCancellationIsGivenBack(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 	g.mu.Lock()
 	cancel()
 	g.releaseLocked(holder.s) // grants b's waiter under the same lock
@@ -195,12 +195,12 @@ func TestGrantRacingCancellationIsGivenBack(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want Canceled", err)
 	}
-	s, _ := g.TenantStats("b")
+	s, _ := g.TenantStat("b")
 	if s.Acquired != 0 || s.Cancelled != 1 || s.InUse != 0 {
 		t.Fatalf("b = %+v: the raced grant must be undone", s)
 	}
-	if st := g.Stats(); st.InUse != 0 || st.Waiting != 0 {
-		t.Fatalf("Stats = %+v: the permit was lost", st)
+	if st := g.Stat(); st.InUse != 0 || st.Waiting != 0 {
+		t.Fatalf("Stat = %+v: the permit was lost", st)
 	}
 	acquire(t, g, "c").Release()
 }
@@ -219,7 +219,7 @@ func TestGrantRacingCancellationManyTimes(t *testing.T) {
 			}
 			done <- err
 		}()
-		waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
+		waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); holder.Release() }()
@@ -232,7 +232,7 @@ func TestGrantRacingCancellationManyTimes(t *testing.T) {
 		} else {
 			t.Fatal(err)
 		}
-		if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+		if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 			t.Fatalf("after a race: %+v", s)
 		}
 	}
@@ -246,14 +246,14 @@ func TestCloseKeepsIdleListsIntact(t *testing.T) {
 	held := acquire(t, g, "a")
 	done := make(chan Permit, 1)
 	go func() { p, _ := g.Acquire(context.Background(), "b"); done <- p }()
-	waitUntil(t, "one request waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 	held.Release()
 	(<-done).Release() // b waited once, and is idle now
 	g.Close()
 	g.EvictIdle() // stamps both
 	clock.advance(time.Hour)
-	if n := g.EvictIdle(); n != 2 || g.Stats().Tenants != 0 {
-		t.Fatalf("evicted %d, %d tenants left; want both evicted", n, g.Stats().Tenants)
+	if n := g.EvictIdle(); n != 2 || g.Stat().Tenants != 0 {
+		t.Fatalf("evicted %d, %d tenants left; want both evicted", n, g.Stat().Tenants)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

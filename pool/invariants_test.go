@@ -117,7 +117,7 @@ func TestClusterAnswerAfterACutWaitsForTheNewCap(t *testing.T) {
 	gc.proceed <- struct{}{} // the cluster says yes
 	waitUntil(t, "the 4th is back in line for a tenant slot", func() bool {
 		_, _, pending := heldBy(g, "a")
-		s, _ := g.TenantStats("a")
+		s, _ := g.TenantStat("a")
 		return pending == 0 && s.Waiting == 1
 	})
 	if inUse, _, _ := heldBy(g, "a"); inUse != 3 || violations.Load() != 0 {
@@ -137,7 +137,7 @@ func TestClusterAnswerAfterACutWaitsForTheNewCap(t *testing.T) {
 	}
 	r.p.Release()
 	held[2].Release()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 || gc.outstanding() != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 || gc.outstanding() != 0 {
 		t.Fatalf("after the run: %+v, %d leases", s, gc.outstanding())
 	}
 }
@@ -167,7 +167,7 @@ func TestRequeuedClusterLeaseGivenBackOnTimeout(t *testing.T) {
 		t.Fatalf("err = %v, want an OverLimitError after MaxWait", err)
 	}
 	b.Release()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 || gc.outstanding() != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 || gc.outstanding() != 0 {
 		t.Fatalf("after the timeout: %+v, %d leases", s, gc.outstanding())
 	}
 }
@@ -191,7 +191,7 @@ func TestIdleTenantsEvictedOnRequestPathWithLookupOrTracer(t *testing.T) {
 			for range 50 * holdSampleEvery { // enough sampled sweeps to look at every idle tenant twice
 				acquire(t, g, "busy").Release()
 			}
-			if s := g.Stats(); s.Evicted != 50 || s.Tenants != 1 {
+			if s := g.Stat(); s.Evicted != 50 || s.Tenants != 1 {
 				t.Fatalf("requests did not evict idle tenants: %+v", s)
 			}
 		})
@@ -224,9 +224,9 @@ func TestAdminOperationsReleaseTheLockBetweenBatches(t *testing.T) {
 		t.Fatalf("SetPlan ran in %d batches, want at least %d", batches, n/adminBatch-1)
 	}
 	batches = 0
-	stats := g.AppendTenantStats(nil)
+	stats := g.AppendTenantStat(nil)
 	if len(stats) < n || batches < n/adminBatch-1 {
-		t.Fatalf("AppendTenantStats: %d tenants in %d batches", len(stats), batches)
+		t.Fatalf("AppendTenantStat: %d tenants in %d batches", len(stats), batches)
 	}
 	for _, s := range stats {
 		if s.Limit != 3 {
@@ -271,7 +271,7 @@ func TestPanickingLookupLeavesNothingStuck(t *testing.T) {
 	if calls.Load() != before+1 {
 		t.Fatal("the refresh is stuck after a panicking Lookup: no new Lookup call")
 	}
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("after the panics: %+v", s)
 	}
 }
@@ -289,8 +289,8 @@ func TestPanickingClusterLimiterLeavesNoSlotHeld(t *testing.T) {
 		_, _ = g.Acquire(context.Background(), "a")
 	}()
 	gc.panicking.Store(false)
-	if _, held, pending := heldBy(g, "a"); held != 0 || pending != 0 || g.Stats().Waiting != 0 {
-		t.Fatalf("after the panic: held %d, pending %d, %+v", held, pending, g.Stats())
+	if _, held, pending := heldBy(g, "a"); held != 0 || pending != 0 || g.Stat().Waiting != 0 {
+		t.Fatalf("after the panic: held %d, pending %d, %+v", held, pending, g.Stat())
 	}
 	acquire(t, g, "a").Release() // its single slot is free again
 }
@@ -318,7 +318,7 @@ func TestPanickingTracerLeavesNoPermitHeld(t *testing.T) {
 		}()
 		_, _ = g.Acquire(context.Background(), "a")
 	}()
-	if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("the permit nobody received is still held: %+v", s)
 	}
 }
@@ -332,7 +332,7 @@ func TestSpuriousWakeIsNotAMaxWaitTimeout(t *testing.T) {
 		p.Release()
 		done <- err
 	}()
-	waitUntil(t, "a second request waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "a second request waits", func() bool { return g.Stat().Waiting == 1 })
 	woke := make(chan struct{}, 1)
 	wakeIgnoredHook = func() { woke <- struct{}{} }
 	defer func() { wakeIgnoredHook = nil }()
@@ -361,7 +361,7 @@ func TestGrantGivenBackDoesNotFeedRetryAfter(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
-	waitUntil(t, "b waits", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "b waits", func() bool { return g.Stat().Waiting == 1 })
 	g.mu.Lock()
 	cancel()
 	g.releaseLocked(holder.s) // grants b's waiter, which wakes cancelled and gives it back
@@ -369,7 +369,7 @@ func TestGrantGivenBackDoesNotFeedRetryAfter(t *testing.T) {
 	if err := recvErr(t, done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
-	if s, _ := g.TenantStats("b"); s.AvgHold != time.Second {
+	if s, _ := g.TenantStat("b"); s.AvgHold != time.Second {
 		t.Fatalf("AvgHold = %v after a grant given back unused, want 1s", s.AvgHold)
 	}
 }

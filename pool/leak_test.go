@@ -21,7 +21,7 @@ func assertNothingHeld(t *testing.T, g *Gate, id string, inUse int, mc *memClust
 		t.Fatalf("%s: %d in use, %d tenant slots held, %d asking the cluster; want %d, %d, 0",
 			id, gotInUse, held, pending, inUse, inUse)
 	}
-	if s := g.Stats(); s.Waiting != 0 {
+	if s := g.Stat(); s.Waiting != 0 {
 		t.Fatalf("%d requests still counted as waiting", s.Waiting)
 	}
 	if mc != nil && mc.outstanding() != leases {
@@ -42,7 +42,7 @@ func TestCloseFailsRequestsAskingTheCluster(t *testing.T) {
 			if how == "promoted waiter" {
 				holder = acquire(t, g, "a")
 				go func() { _, err := g.Acquire(ctx, "a"); done <- err }()
-				waitUntil(t, "a request waits for a's cap", func() bool { return g.Stats().Waiting == 1 })
+				waitUntil(t, "a request waits for a's cap", func() bool { return g.Stat().Waiting == 1 })
 				gc.blocking.Store(true)
 				holder.Release() // the waiter is promoted and asks the cluster
 			} else {
@@ -93,7 +93,7 @@ func TestDemotedWaiterKeepsItsMaxWait(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // only ends the request if MaxWait did not
 	ch := acquireAsync(ctx, g, "acme")
-	waitUntil(t, "acme waits for capacity", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "acme waits for capacity", func() bool { return g.Stat().Waiting == 1 })
 	if err := g.SetTenantLimit("acme", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestDemotedWaiterKeepsItsMaxWait(t *testing.T) {
 	if !errors.As(r.err, &ole) || ole.Waited < maxWait {
 		t.Fatalf("err = %v, want an *OverLimitError after MaxWait", r.err)
 	}
-	if s, _ := g.TenantStats("acme"); s.TimedOut != 1 || s.Cancelled != 0 || s.Waiting != 0 || s.InUse != 1 {
+	if s, _ := g.TenantStat("acme"); s.TimedOut != 1 || s.Cancelled != 0 || s.Waiting != 0 || s.InUse != 1 {
 		t.Fatalf("acme = %+v", s)
 	}
 	a.Release()
@@ -123,7 +123,7 @@ func TestDemotedWaiterPastItsMaxWaitTimesOutAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := acquireAsync(ctx, g, "acme")
-	waitUntil(t, "acme waits for capacity", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "acme waits for capacity", func() bool { return g.Stat().Waiting == 1 })
 	start := g.clock()
 	waitUntil(t, "MaxWait passes", func() bool { return g.clock()-start > int64(5*time.Millisecond) })
 	if err := g.SetTenantLimit("acme", 1); err != nil {
@@ -158,22 +158,22 @@ func TestAdaptiveCutKeepsTheDemotedWaitersMaxWait(t *testing.T) {
 	h[1].Release() // half a window: no cut yet
 	others := []Permit{acquire(t, g, "o1"), acquire(t, g, "o1"), acquire(t, g, "o2"), acquire(t, g, "o2")}
 	w1 := acquireAsync(ctx, g, "a")
-	waitUntil(t, "one waits for capacity", func() bool { return g.Stats().Waiting == 1 })
+	waitUntil(t, "one waits for capacity", func() bool { return g.Stat().Waiting == 1 })
 	w2 := acquireAsync(ctx, g, "a")
-	waitUntil(t, "two wait for capacity", func() bool { return g.Stats().Waiting == 2 })
+	waitUntil(t, "two wait for capacity", func() bool { return g.Stat().Waiting == 2 })
 	h[2].Release() // the third inflated hold of four: cut to 2, w2 goes back to wait for the cap
 	r1 := recvErr(t, w1)
 	if r1.err != nil {
 		t.Fatal(r1.err)
 	}
-	if s, _ := g.TenantStats("a"); s.EffectiveLimit != 2 {
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 2 {
 		t.Fatalf("effective limit %d, want the cut to 2", s.EffectiveLimit)
 	}
 	var ole *OverLimitError
 	if r2 := recvErr(t, w2); !errors.As(r2.err, &ole) {
 		t.Fatalf("err = %v, want an *OverLimitError after MaxWait", r2.err)
 	}
-	if s, _ := g.TenantStats("a"); s.TimedOut != 1 || s.Waiting != 0 {
+	if s, _ := g.TenantStat("a"); s.TimedOut != 1 || s.Waiting != 0 {
 		t.Fatalf("a = %+v", s)
 	}
 	for _, p := range append(others, h[3], r1.p) {
@@ -231,8 +231,8 @@ func TestClusterLimiterAnsweringNothingFailsClosed(t *testing.T) {
 	g, _ := newTestGate(t, Config{Capacity: 4, Cluster: lc, Plans: map[string]Plan{"p": {MaxConns: 1}}})
 	lc.noLease.Store(true)
 	_, err := g.Acquire(context.Background(), "a")
-	if err == nil || g.Stats().ClusterErrors != 1 {
-		t.Fatalf("err = %v, ClusterErrors %d; want an error counted as a cluster error", err, g.Stats().ClusterErrors)
+	if err == nil || g.Stat().ClusterErrors != 1 {
+		t.Fatalf("err = %v, ClusterErrors %d; want an error counted as a cluster error", err, g.Stat().ClusterErrors)
 	}
 	lc.noLease.Store(false)
 	assertNothingHeld(t, g, "a", 0, lc.memCluster, 0)

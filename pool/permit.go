@@ -58,7 +58,7 @@ func (p Permit) Release() {
 }
 
 // Revoked returns a channel closed when the permit's cluster lease is
-// revoked (see RevocableLease): the tenant's cluster-wide slot may be held by
+// revoked (see ClusterLease): the tenant's cluster-wide slot may be held by
 // another process now, and the holder should stop the work it admits. It is
 // nil, never closed, when the permit has no revocable lease (no
 // Config.Cluster, a limiter that never revokes, a local lease) or was
@@ -75,8 +75,8 @@ func (p Permit) Revoked() <-chan struct{} {
 		lease = s.lease
 	}
 	g.mu.Unlock()
-	if r, ok := lease.(RevocableLease); ok {
-		return r.Done()
+	if r, ok := lease.(revocable); ok {
+		return r.Revoked()
 	}
 	return nil
 }

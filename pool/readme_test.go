@@ -3,11 +3,11 @@ package pool_test
 import (
 	"testing"
 
-	"github.com/tenantdb/tenantdb/internal/readmetest"
+	"github.com/tenantdb/tenantdb/internal/doctest"
 )
 
-// TestReadmeRunner builds the README's Runner example as the complete
+// TestReadmeRunner builds the documented Runner example as the complete
 // program it claims to be.
 func TestReadmeRunner(t *testing.T) {
-	readmetest.Build(t, readmetest.Program(t, "### Background jobs: `pool.Runner`"))
+	doctest.BuildProgram(t, "### Background jobs: `pool.Runner`", "pool/internal/readme")
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// revocableCluster grants leases that carry a Done channel.
+// revocableCluster grants leases that carry a Revoked channel.
 type revocableCluster struct{ done chan struct{} }
 
 type revocableLease struct {
@@ -14,8 +14,8 @@ type revocableLease struct {
 	released chan struct{}
 }
 
-func (l *revocableLease) Local() bool           { return false }
-func (l *revocableLease) Done() <-chan struct{} { return l.done }
+func (l *revocableLease) Local() bool              { return false }
+func (l *revocableLease) Revoked() <-chan struct{} { return l.done }
 func (l *revocableLease) Release() {
 	select {
 	case <-l.released:
@@ -28,7 +28,7 @@ func (c *revocableCluster) AcquireSlot(context.Context, string, int, time.Durati
 	return &revocableLease{done: c.done, released: make(chan struct{})}, nil
 }
 
-// TestPermitRevokedFollowsTheLease: Revoked is the lease's Done while the
+// TestPermitRevokedFollowsTheLease: Revoked is the lease's Revoked while the
 // permit is held, nil without a revocable lease and after Release (a
 // released state is reused by the next permit).
 func TestPermitRevokedFollowsTheLease(t *testing.T) {

@@ -183,7 +183,7 @@ func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
 // Gate does not track yet gets one, which starts the others once the Gate
 // knows its cap.
 func (r *Runner) limit(tenantID string) int {
-	s, ok := r.g.TenantStats(tenantID)
+	s, ok := r.g.TenantStat(tenantID)
 	if !ok {
 		return 1
 	}
@@ -200,7 +200,7 @@ func isRunnerRequest(ctx context.Context) bool { return ctx.Value(runnerKey{}) !
 
 // overLimit is the error for a tenant whose queue is full.
 func (r *Runner) overLimit(tenantID string, queued int) error {
-	s, _ := r.g.TenantStats(tenantID)
+	s, _ := r.g.TenantStat(tenantID)
 	limit := max(1, s.EffectiveLimit)
 	hold := s.AvgHold
 	if hold <= 0 {

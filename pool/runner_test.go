@@ -192,7 +192,7 @@ func TestRunnerCaps(t *testing.T) {
 	if peak["solo"] != 2 {
 		t.Fatalf("solo ran at most %d at once, want its cap 2", peak["solo"])
 	}
-	if s := g.Stats(); s.Acquired != 40 || s.InUse != 0 {
+	if s := g.Stat(); s.Acquired != 40 || s.InUse != 0 {
 		t.Fatalf("acquired %d, in use %d; want 40 (one per job), 0", s.Acquired, s.InUse)
 	}
 }
@@ -218,7 +218,7 @@ func TestRunnerSurvivesPanics(t *testing.T) {
 	if len(errs) != 1 || !errors.As(errs[0], &pe) || pe.Value != "job bug" || pe.Tenant != "acme" || len(pe.Stack) == 0 {
 		t.Fatalf("reported %v; want one *PanicError for acme with its value and stack", errs)
 	}
-	if s := g.Stats(); s.InUse != 0 || s.Acquired != 5 {
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 5 {
 		t.Fatalf("in use %d, acquired %d; want 0, 5", s.InUse, s.Acquired)
 	}
 }
@@ -313,7 +313,7 @@ func TestRunnerBacklogDoesNotDelayOthers(t *testing.T) {
 	for range backlog {
 		mustSubmit(t, r, context.Background(), "noisy", job(&noisyStarted))
 	}
-	eventually(t, "the backlog holds every worker", func() bool { s, _ := g.TenantStats("noisy"); return s.InUse == workers })
+	eventually(t, "the backlog holds every worker", func() bool { s, _ := g.TenantStat("noisy"); return s.InUse == workers })
 
 	var quietDone sync.WaitGroup
 	quietDone.Add(quietN)
@@ -389,7 +389,7 @@ func TestRunnerWeights(t *testing.T) {
 		mustSubmit(t, r, context.Background(), tenant, func(context.Context) { first.Done() })
 	}
 	first.Wait()
-	eventually(t, "the first jobs are done", func() bool { return g.Stats().InUse == 0 })
+	eventually(t, "the first jobs are done", func() bool { return g.Stat().InUse == 0 })
 	for range backlog {
 		mustSubmit(t, r, context.Background(), "heavy", job("heavy"))
 		mustSubmit(t, r, context.Background(), "light", job("light"))
@@ -401,7 +401,7 @@ func TestRunnerWeights(t *testing.T) {
 			mu.Lock()
 			n := len(order)
 			mu.Unlock()
-			return n == started && g.Stats().Waiting == workers+2
+			return n == started && g.Stat().Waiting == workers+2
 		}
 	}
 	eventually(t, "every worker is busy and every acquirer waits", settled(workers))

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// TenantStats is a snapshot of one tracked tenant.
-type TenantStats struct {
+// TenantStat is a snapshot of one tracked tenant.
+type TenantStat struct {
 	Tenant string
 	Plan   string
 	// Limit is the tenant's cap; Reserved its reservation in force.
@@ -30,8 +30,8 @@ type TenantStats struct {
 	AvgHold time.Duration
 }
 
-// Stats is a snapshot of the whole Gate. Counters include evicted tenants.
-type Stats struct {
+// Stat is a snapshot of the whole Gate. Counters include evicted tenants.
+type Stat struct {
 	Capacity int
 	// InUse and Waiting add up all tenants'.
 	InUse, Waiting int
@@ -50,11 +50,11 @@ type Stats struct {
 	ClusterLocal, ClusterErrors uint64
 }
 
-// Stats returns a snapshot of the Gate.
-func (g *Gate) Stats() Stats {
+// Stat returns a snapshot of the Gate.
+func (g *Gate) Stat() Stat {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return Stats{
+	return Stat{
 		Capacity: g.cfg.Capacity, InUse: g.used, Waiting: g.waiting,
 		Tenants: len(g.tenants), Reserved: g.reservedTotal,
 		Acquired: g.totals.outcomes[Acquired], Rejected: g.totals.outcomes[Rejected],
@@ -65,26 +65,26 @@ func (g *Gate) Stats() Stats {
 	}
 }
 
-// TenantStats returns a snapshot of tenantID, and false when it is not tracked
+// TenantStat returns a snapshot of tenantID, and false when it is not tracked
 // (never seen, or evicted as idle).
-func (g *Gate) TenantStats(tenantID string) (TenantStats, bool) {
+func (g *Gate) TenantStat(tenantID string) (TenantStat, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.tenants[tenantID]
 	if t == nil {
-		return TenantStats{Tenant: tenantID}, false
+		return TenantStat{Tenant: tenantID}, false
 	}
 	if t.planVersion != t.plan.version {
 		g.applyLimitLocked(t)
 	}
-	return t.statsLocked(), true
+	return t.statLocked(), true
 }
 
-// AppendTenantStats appends a snapshot of every tracked tenant to dst. It
+// AppendTenantStat appends a snapshot of every tracked tenant to dst. It
 // visits the tenants adminBatch at a time, releasing the lock in between, so
 // each tenant's snapshot is consistent but they are not all taken at the same
 // instant. Call it at metric collection intervals, not per request.
-func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
+func (g *Gate) AppendTenantStat(dst []TenantStat) []TenantStat {
 	g.mu.Lock()
 	n := len(g.tenants)
 	g.mu.Unlock()
@@ -93,13 +93,13 @@ func (g *Gate) AppendTenantStats(dst []TenantStats) []TenantStats {
 		if t.planVersion != t.plan.version {
 			g.applyLimitLocked(t)
 		}
-		dst = append(dst, t.statsLocked())
+		dst = append(dst, t.statLocked())
 	})
 	return dst
 }
 
-func (t *tenant) statsLocked() TenantStats {
-	return TenantStats{
+func (t *tenant) statLocked() TenantStat {
+	return TenantStat{
 		Tenant: t.id, Plan: t.plan.name,
 		Limit: t.cap, EffectiveLimit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
 		Acquired: t.outcomes[Acquired], Rejected: t.outcomes[Rejected],

@@ -137,7 +137,7 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 	}()
 	wg.Wait()
 
-	s := g.Stats()
+	s := g.Stat()
 	if s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("after the run: %d in use, %d waiting", s.InUse, s.Waiting)
 	}

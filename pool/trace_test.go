@@ -22,12 +22,12 @@ type recordingTracer struct {
 }
 
 func (r *recordingTracer) TraceAcquireStart(ctx context.Context, g *pool.Gate, d pool.TraceAcquireStartData) context.Context {
-	g.Stats()
+	g.Stat()
 	return context.WithValue(ctx, ctxKey{}, d.Tenant)
 }
 
 func (r *recordingTracer) TraceAcquireEnd(ctx context.Context, g *pool.Gate, d pool.TraceAcquireEndData) {
-	g.Stats()
+	g.Stat()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ctx.Value(ctxKey{}) != d.Tenant {
@@ -37,7 +37,7 @@ func (r *recordingTracer) TraceAcquireEnd(ctx context.Context, g *pool.Gate, d p
 }
 
 func (r *recordingTracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceReleaseData) {
-	g.Stats()
+	g.Stat()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ctx.Value(ctxKey{}) != d.Tenant {

@@ -136,6 +136,7 @@ func TestConfigsThatCannotWork(t *testing.T) {
 		{"reservation above MaxReserved", tenantdb.Config{Plans: map[string]tenantdb.Plan{"ent": {MaxConns: 20, ReservedConns: 15}}}, "MaxReserved"},
 		{"unknown default plan", tenantdb.Config{Plans: map[string]tenantdb.Plan{"a": {MaxConns: 1}}, DefaultPlan: "b"}, `"b"`},
 		{"negative queue", tenantdb.Config{Plans: map[string]tenantdb.Plan{"a": {MaxConns: 1, MaxWaiting: -5}}}, "MaxWaiting"},
+		{"Capacity other than MaxConns", tenantdb.Config{Capacity: 10}, "Capacity is the pgxpool.Config's MaxConns 20"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tenantdb.New(context.Background(), lazyConfig(t, 20), tc.cfg)
@@ -144,6 +145,11 @@ func TestConfigsThatCannotWork(t *testing.T) {
 			}
 		})
 	}
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 20), tenantdb.Config{Capacity: 20})
+	if err != nil {
+		t.Fatalf("Capacity equal to MaxConns: %v", err)
+	}
+	p.Close()
 	if _, err := tenantdb.New(context.Background(), nil, tenantdb.Config{}); err == nil {
 		t.Fatal("nil pgxpool.Config accepted")
 	}

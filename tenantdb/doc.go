@@ -34,7 +34,7 @@
 // inside each statement's transaction ([ScopeTransaction]), which holds
 // behind a transaction-pooling proxy. Work done on no tenant's behalf uses
 // [Pool.Pgxpool], a Ping without a tenant (a health check) or
-// [Pool.AcquireAllIdle]. [Pool.Capacity] is the sizing check: the caps of
+// [Pool.AcquireAllIdle]. [Pool.Sizing] is the sizing check: the caps of
 // the tenants busy at once against MaxConns.
 //
 // With [Config.Adaptive], a tenant's effective limit moves below its cap while

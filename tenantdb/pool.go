@@ -34,7 +34,7 @@ type Pool struct {
 
 	session *sessionSetup
 
-	typicalActive int // Config.TypicalActiveTenants, for Capacity
+	typicalActive int // Config.TypicalActiveTenants, for Sizing
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -51,14 +51,19 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if pgxCfg == nil {
 		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
 	}
-	if err := cfg.Session.validate(pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
+	if err := validateSession(cfg.Session, pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
 	if cfg.TypicalActiveTenants < 0 {
 		return nil, fmt.Errorf("tenantdb: %w: TypicalActiveTenants must not be negative, got %d",
 			pool.ErrInvalidConfig, cfg.TypicalActiveTenants)
 	}
-	gate, err := pool.New(cfg.gateConfig(int(pgxCfg.MaxConns)))
+	if cfg.Capacity != 0 && cfg.Capacity != int(pgxCfg.MaxConns) {
+		return nil, fmt.Errorf("tenantdb: %w: Capacity is the pgxpool.Config's MaxConns %d; leave it 0, got %d",
+			pool.ErrInvalidConfig, pgxCfg.MaxConns, cfg.Capacity)
+	}
+	cfg.Capacity = int(pgxCfg.MaxConns)
+	gate, err := pool.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
 	}
@@ -78,7 +83,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
 	p := &Pool{pg: pg, gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
-	p.warnCapacity(cfg)
+	p.warnSizing(cfg)
 	idleTTL := cfg.IdleTTL
 	if idleTTL <= 0 {
 		idleTTL = 5 * time.Minute
@@ -173,7 +178,11 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 // checks, migrations and what tenantdb does not wrap.
 func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 
-// Gate returns the admission gate, for stats and runtime changes.
+// Gate returns the Pool's admission gate: change limits at runtime with its
+// SetPlan, SetTenantLimit and InvalidateTenant, read every tenant's stats with
+// AppendTenantStat, or pass it to what takes a *pool.Gate (tracing's
+// ObserveGate, a pool.Runner whose jobs share the tenants' slots). Close the
+// Pool, not the Gate.
 func (p *Pool) Gate() *pool.Gate { return p.gate }
 
 // Config returns a copy of the pgxpool's configuration.
@@ -182,36 +191,21 @@ func (p *Pool) Config() *pgxpool.Config { return p.pg.Config() }
 // Reset closes every connection in the shared pool, as pgxpool.Pool.Reset.
 func (p *Pool) Reset() { p.pg.Reset() }
 
-// SetTenantLimit overrides a tenant's cap at runtime; 0 removes the override.
-// See pool.Gate.SetTenantLimit.
-func (p *Pool) SetTenantLimit(tenantID string, n int) error {
-	return p.gate.SetTenantLimit(tenantID, n)
-}
-
-// SetPlan adds or changes a plan at runtime. See pool.Gate.SetPlan.
-func (p *Pool) SetPlan(name string, plan Plan) error { return p.gate.SetPlan(name, plan) }
-
-// InvalidateTenant drops a tenant's cached Lookup answer.
-func (p *Pool) InvalidateTenant(tenantID string) { p.gate.InvalidateTenant(tenantID) }
-
 // Stat is the shared pgxpool's statistics plus the tenant gate's totals.
 type Stat struct {
 	*pgxpool.Stat
 	// Tenants are the gate's totals: connections in use and waiting across
 	// tenants, tenants tracked, admissions by outcome.
-	Tenants pool.Stats
+	Tenants pool.Stat
 }
 
 // Stat returns a snapshot of the pool and the tenant gate.
-func (p *Pool) Stat() *Stat { return &Stat{Stat: p.pg.Stat(), Tenants: p.gate.Stats()} }
-
-// TenantStat is a snapshot of one tenant.
-type TenantStat = pool.TenantStats
+func (p *Pool) Stat() *Stat { return &Stat{Stat: p.pg.Stat(), Tenants: p.gate.Stat()} }
 
 // TenantStat returns a snapshot of tenantID: its limit, connections in use
 // and waiting, admissions by outcome, and wait and hold times. A tenant that
 // is not tracked (never seen, or evicted as idle) has zero values.
-func (p *Pool) TenantStat(tenantID string) TenantStat {
-	s, _ := p.gate.TenantStats(tenantID)
+func (p *Pool) TenantStat(tenantID string) pool.TenantStat {
+	s, _ := p.gate.TenantStat(tenantID)
 	return s
 }

@@ -15,7 +15,7 @@ import (
 
 // ErrRevoked is matched by the error of a statement stopped because its
 // tenant's cluster-wide slot was revoked while it ran (see
-// pool.RevocableLease: pool/redislimit in FailClosed mode revokes a lease
+// pool.ClusterLease: pool/redislimit in FailClosed mode revokes a lease
 // it can no longer vouch for, as when this process was cut off from Redis
 // for longer than the lease lives), and of every later use of that Conn.
 // The slot may already be another process's: the work must stop.

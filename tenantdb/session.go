@@ -11,9 +11,8 @@ import (
 	"github.com/tenantdb/tenantdb/pool"
 )
 
-// Session scopes each shared connection to the tenant that holds it, for
-// row-level security policies and schema-per-tenant layouts. The zero value
-// sets nothing.
+// Session scopes each shared connection to the tenant that holds it (see
+// pool.Session for its fields). The zero value sets nothing.
 //
 // Whatever Session says, a connection passes from one tenant to another (or
 // to work done on no tenant's behalf) only in a pristine session: see
@@ -35,66 +34,32 @@ import (
 // panic, a schema name PostgreSQL would truncate) fails the call and keeps
 // the connection. A connection taken out of the pool with Conn.Hijack keeps
 // the state it had.
-type Session struct {
-	// TenantSetting names a custom setting (two or more identifiers joined
-	// by dots, such as "app.tenant_id"; New rejects a name PostgreSQL would
-	// refuse) that is set to the tenant ID. RLS policies read it with
-	// current_setting('app.tenant_id', true); without a tenant it is ''.
-	// Default "": no setting.
-	TenantSetting string
+type Session = pool.Session
 
-	// SearchPath returns the schemas a tenant's statements search, first
-	// to last, such as {"tenant_" + id, "public"}. With ScopeTransaction it
-	// needs the pgx.ConnConfig's DefaultQueryExecMode to be
-	// QueryExecModeExec or QueryExecModeSimpleProtocol (New checks), since
-	// the cached modes parse a statement before its transaction begins. tenantdb quotes each
-	// name, so a tenant ID cannot add schemas or SQL of its own; a name
-	// longer than 63 bytes, which PostgreSQL would silently truncate, fails
-	// the call. It is called with no lock held; an empty result, and every
-	// acquire without a tenant, mean the role's default search_path. A panic
-	// in it fails that request with an error. Default nil: search_path is
-	// left alone.
-	SearchPath func(tenantID string) []string
-
-	// Scope says where the tenant's values live: ScopeSession (the default)
-	// sets them on the connection's session at acquire; ScopeTransaction
-	// sets them transaction-locally inside every statement's transaction,
-	// as a transaction-pooling proxy (PgBouncer pool_mode=transaction)
-	// requires.
-	Scope Scope
-}
-
-// Scope is where Session's values are set. See ScopeSession and
-// ScopeTransaction.
-type Scope int
+// Scope is where Session's values are set: ScopeSession or ScopeTransaction.
+type Scope = pool.Scope
 
 const (
-	// ScopeSession sets the tenant's values with set_config(..., false) when
-	// a connection is acquired, in one round trip. It needs a direct
-	// connection or session pooling: behind a transaction-pooling proxy the
-	// setting and the statement can run on different server connections.
-	ScopeSession Scope = iota
+	// ScopeSession sets the tenant's values on the connection's session at
+	// acquire. See pool.ScopeSession.
+	ScopeSession = pool.ScopeSession
 
-	// ScopeTransaction sets the tenant's values with set_config(..., true)
-	// in the transaction each statement runs in (a statement outside an
-	// explicit transaction gets an implicit one, in the same round trip), so
-	// they hold behind a transaction-pooling proxy and vanish at its end.
-	// Exec, Query, QueryRow, SendBatch, Begin and BeginTx, on the Pool and
-	// on an acquired Conn, add no round trip; CopyFrom runs in a transaction
-	// of its own (two more round trips). A batch sent with SendBatch gains
-	// a first query, the setting, whose result tenantdb reads itself.
-	ScopeTransaction
+	// ScopeTransaction sets the tenant's values inside every statement's
+	// transaction, as a transaction-pooling proxy requires. See
+	// pool.ScopeTransaction.
+	ScopeTransaction = pool.ScopeTransaction
 )
 
-func (s Session) enabled() bool { return s.TenantSetting != "" || s.SearchPath != nil }
+// sessionEnabled reports whether s sets anything.
+func sessionEnabled(s Session) bool { return s.TenantSetting != "" || s.SearchPath != nil }
 
 // maxIdentifierLen is the longest name PostgreSQL keeps (NAMEDATALEN - 1);
 // it truncates longer ones silently.
 const maxIdentifierLen = 63
 
-// validate rejects what PostgreSQL would refuse or misread on every call,
+// validateSession rejects what PostgreSQL would refuse or misread on every call,
 // for connections that run statements in mode.
-func (s Session) validate(mode pgx.QueryExecMode) error {
+func validateSession(s Session, mode pgx.QueryExecMode) error {
 	if s.Scope != ScopeSession && s.Scope != ScopeTransaction {
 		return fmt.Errorf("%w: Session.Scope %d is neither ScopeSession nor ScopeTransaction", pool.ErrInvalidConfig, s.Scope)
 	}
@@ -226,7 +191,7 @@ func (s *sessionSetup) searchPath(tenant string) (schemas []string, err error) {
 // transactional reports whether statements must set the tenant's values
 // themselves (ScopeTransaction with something to set).
 func (s *sessionSetup) transactional() bool {
-	return s != nil && s.cfg.Scope == ScopeTransaction && s.cfg.enabled()
+	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(s.cfg)
 }
 
 // prepare is the pgxpool PrepareConn hook. It resets a connection that

@@ -214,7 +214,7 @@ type gaugePoint struct {
 // collect turns the Gate's tenant stats into the gauge points of one
 // collection, and for TopTenants publishes the busiest tenants for the
 // counters and histograms. "other" is always reported, if only as zeros.
-func (l *labeler) collect(stats []pool.TenantStats) []gaugePoint {
+func (l *labeler) collect(stats []pool.TenantStat) []gaugePoint {
 	points := make([]gaugePoint, 0, 16)
 	other := gaugePoint{obs: l.other.obs, limit: -1}
 	switch l.card.by {
@@ -271,14 +271,14 @@ func (l *labeler) collect(stats []pool.TenantStats) []gaugePoint {
 // busiest returns up to n tenants with something in use or waiting (a tenant
 // whose ID is "other" is always counted as other), busiest first: by in use plus waiting, then by refusals, then by ID so that ties
 // are settled the same way at every collection.
-func busiest(stats []pool.TenantStats, n int) []pool.TenantStats {
-	busy := make([]pool.TenantStats, 0, min(n*2, len(stats)))
+func busiest(stats []pool.TenantStat, n int) []pool.TenantStat {
+	busy := make([]pool.TenantStat, 0, min(n*2, len(stats)))
 	for _, st := range stats {
 		if st.InUse+st.Waiting > 0 && st.Tenant != OtherTenants {
 			busy = append(busy, st)
 		}
 	}
-	slices.SortFunc(busy, func(a, b pool.TenantStats) int {
+	slices.SortFunc(busy, func(a, b pool.TenantStat) int {
 		if c := cmp.Compare(b.InUse+b.Waiting, a.InUse+a.Waiting); c != 0 {
 			return c
 		}

@@ -221,7 +221,7 @@ func batchAndCopy(t testing.TB, ctx context.Context, p *tenantdb.Pool, table str
 
 func tenantWaiting(g *pool.Gate, id string, n int) func() bool {
 	return func() bool {
-		s, _ := g.TenantStats(id)
+		s, _ := g.TenantStat(id)
 		return s.Waiting == n
 	}
 }

@@ -48,7 +48,7 @@ func (t *Tracer) ObserveGate(g *pool.Gate) (stop func() error, err error) {
 		return nil, errors.New("tracing: ObserveGate: nil gate")
 	}
 	return t.observe(g, func(o metric.Observer) {
-		o.ObserveInt64(t.connCount, int64(g.Stats().InUse), t.usedObs...)
+		o.ObserveInt64(t.connCount, int64(g.Stat().InUse), t.usedObs...)
 		o.ObserveInt64(t.connMax, int64(g.Capacity()), t.poolObs...)
 	})
 }
@@ -66,10 +66,10 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 
 	reg, err := t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		conns(o)
-		o.ObserveInt64(t.connPending, int64(g.Stats().Waiting), t.poolObs...)
+		o.ObserveInt64(t.connPending, int64(g.Stat().Waiting), t.poolObs...)
 		// A fresh slice each time: with several readers the SDK may run
 		// this callback concurrently, and collections are rare.
-		for _, pt := range t.labels.collect(g.AppendTenantStats(nil)) {
+		for _, pt := range t.labels.collect(g.AppendTenantStat(nil)) {
 			o.ObserveInt64(t.tenantCount, pt.inUse, pt.obs...)
 			o.ObserveInt64(t.tenantPending, pt.waiting, pt.obs...)
 			if pt.limit >= 0 {

@@ -148,7 +148,7 @@ func runHTTP(plans func(workload) (pool.Config, func(*http.Request) (string, err
 			rows[0].P99RejectServer = ms(percentile(serverRejects, 99))
 		}
 		rejMu.Unlock()
-		if s := g.Stats(); s.InUse != 0 || s.Waiting != 0 {
+		if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
 			return nil, fmt.Errorf("after the run %d slots are in use and %d waiting", s.InUse, s.Waiting)
 		}
 		return rows, nil

@@ -61,8 +61,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	poll.Until(t, 10*time.Second, time.Millisecond, what, cond)
 }
 
-func tenantStat(g *pool.Gate, id string) pool.TenantStats {
-	s, _ := g.TenantStats(id)
+func tenantStat(g *pool.Gate, id string) pool.TenantStat {
+	s, _ := g.TenantStat(id)
 	return s
 }
 

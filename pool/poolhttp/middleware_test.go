@@ -177,7 +177,7 @@ func TestMiddlewareRefusals(t *testing.T) {
 	if n := reached.Load(); n != 0 {
 		t.Fatalf("%d refused requests reached the handler", n)
 	}
-	if s := g.Stats(); s.InUse != 0 || s.Acquired != 0 {
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 0 {
 		t.Fatalf("refused requests acquired %d, hold %d", s.Acquired, s.InUse)
 	}
 }

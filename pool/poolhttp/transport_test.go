@@ -76,7 +76,7 @@ func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
 	if s := tenantStat(g, "acme"); s.InUse != 0 {
 		t.Fatalf("in use %d after Close, want 0", s.InUse)
 	}
-	if s := g.Stats(); s.InUse != 0 || s.Acquired != 2 {
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 2 {
 		t.Fatalf("gate: in use %d, acquired %d; want 0, 2", s.InUse, s.Acquired)
 	}
 }
@@ -90,7 +90,7 @@ func TestTransportNoTenant(t *testing.T) {
 	if !errors.Is(err, poolhttp.ErrNoTenant) {
 		t.Fatalf("no tenant: %v; want ErrNoTenant", err)
 	}
-	if calls.Load() != 0 || g.Stats().Acquired != 0 {
+	if calls.Load() != 0 || g.Stat().Acquired != 0 {
 		t.Fatal("a call without a tenant was admitted or sent")
 	}
 }
@@ -151,7 +151,7 @@ func TestTransportReleasesOnBasePanic(t *testing.T) {
 		}()
 		tr.RoundTrip(req)
 	}()
-	if s := g.Stats(); s.InUse != 0 || s.Acquired != 1 {
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 1 {
 		t.Fatalf("in use %d, acquired %d; want 0, 1", s.InUse, s.Acquired)
 	}
 }

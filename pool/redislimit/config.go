@@ -27,7 +27,7 @@ const (
 	// FailClosed returns an error matching ErrUnavailable: no request gets a
 	// connection that the cluster cap cannot vouch for, so an outage of
 	// Redis is an outage of the service. A held lease that Redis can no
-	// longer vouch for is revoked: its Done channel closes, and tenantdb
+	// longer vouch for is revoked: its Revoked channel closes, and tenantdb
 	// cancels the query that holds it (tenantdb.ErrRevoked).
 	FailClosed
 )

@@ -26,7 +26,7 @@
 // confirmed renewal (the process was cut off from Redis, paused by the OS or
 // a long GC, Redis hung or failed over), or a renewal finds the lease gone,
 // the lease is revoked on this process's clock alone, whether or not Redis
-// answers. In FailClosed mode its Done channel (pool.RevocableLease) is
+// answers. In FailClosed mode its Revoked channel (pool.ClusterLease) is
 // closed: tenantdb then cancels the query that holds it. In FailOpen mode the
 // request runs on and the lease turns local, then is put back in Redis under
 // a new member at the next renewal, so that Redis counts what runs.

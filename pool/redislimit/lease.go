@@ -33,16 +33,19 @@ type lease struct {
 // process's own limits apply to it.
 func (s *lease) Local() bool { return s.local.Load() }
 
-// Done returns a channel closed when the lease is revoked: Redis can no
+// Revoked returns a channel closed when the lease is revoked: Redis can no
 // longer vouch for it (a renewal found it gone, or it was not renewed in
 // time: the process was cut off from Redis, paused, or Redis hung) and may
 // have given its slot to another process. Only in FailClosed mode; in
 // FailOpen mode it returns nil (never closed) and a lease Redis no longer
 // vouches for turns local instead (Local then reports true).
-func (s *lease) Done() <-chan struct{} { return s.done }
+func (s *lease) Revoked() <-chan struct{} { return s.done }
 
-// Revoked reports whether Done is closed.
-func (s *lease) Revoked() bool {
+// A lease is revocable in the sense of pool.ClusterLease: Permit.Revoked finds this method.
+var _ interface{ Revoked() <-chan struct{} } = (*lease)(nil)
+
+// revoked reports whether the lease was revoked.
+func (s *lease) revoked() bool {
 	if s.done == nil {
 		return false
 	}
@@ -130,8 +133,8 @@ func (l *Limiter) dropHeldLocked(s *lease) {
 // process, whether or not Redis answers at all. It fires on this process's
 // clock alone, so a holder learns of it even while Redis hangs.
 //
-// The revocation is counted before Done closes, so that a holder reading
-// Stats when it sees Done finds it, and Close waits for the log line, which
+// The revocation is counted before Revoked closes, so that a holder reading
+// Stats when it sees Revoked closed finds it, and Close waits for the log line, which
 // may go to a test's output that ends with Close.
 func (l *Limiter) expire(s *lease) {
 	l.mu.Lock()
@@ -158,7 +161,7 @@ func (l *Limiter) expire(s *lease) {
 }
 
 // revokeLocked takes s, which Redis no longer vouches for, out of the
-// renewal set and tells its holder: in FailClosed by closing Done, in
+// renewal set and tells its holder: in FailClosed by closing Revoked, in
 // FailOpen by turning it local. Its member is queued for release, in case
 // it is still in Redis (removing a member that is gone is harmless).
 func (l *Limiter) revokeLocked(s *lease) {
@@ -166,7 +169,7 @@ func (l *Limiter) revokeLocked(s *lease) {
 	s.expiry.Stop()
 	l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
 	if l.cfg.Mode == FailClosed {
-		l.c.revoked.Add(1) // before Done closes: see expire
+		l.c.revoked.Add(1) // before Revoked closes: see expire
 		close(s.done)
 		return
 	}

@@ -64,7 +64,7 @@ func TestRedisTakeNeverOverwritesMember(t *testing.T) {
 }
 
 // TestRedisLostLeaseRevokedInFailClosed: a renewal that finds a FailClosed
-// lease gone closes its Done. In FailOpen the request runs on, so the lease
+// lease gone closes its Revoked channel. In FailOpen the request runs on, so the lease
 // is put back under a new member: Redis must count what runs.
 func TestRedisLostLeaseRevokedInFailClosed(t *testing.T) {
 	for _, mode := range []Mode{FailClosed, FailOpen} {
@@ -75,7 +75,7 @@ func TestRedisLostLeaseRevokedInFailClosed(t *testing.T) {
 			// at the first take (OpTimeout is LeaseTTL/4, at most 500ms).
 			l := newLimiter(t, Config{Mode: mode, LeaseTTL: 3 * time.Second, RenewEvery: 100 * time.Millisecond})
 			s := mustAcquire(t, l, "acme", 1).(*lease)
-			if s.Revoked() {
+			if s.revoked() {
 				t.Fatal("revoked at once")
 			}
 			l.mu.Lock()
@@ -86,9 +86,9 @@ func TestRedisLostLeaseRevokedInFailClosed(t *testing.T) {
 			}
 			if mode == FailClosed {
 				select {
-				case <-s.Done():
+				case <-s.Revoked():
 				case <-time.After(10 * time.Second):
-					t.Fatal("Done not closed after the renewal found the lease gone")
+					t.Fatal("Revoked not closed after the renewal found the lease gone")
 				}
 				if st := l.Stats(); st.RevokedLeases != 1 || st.LostLeases != 1 || st.Held != 0 || st.LocalHeld != 0 {
 					t.Errorf("stats %+v, want 1 revoked, 1 lost, nothing held", st)
@@ -101,8 +101,8 @@ func TestRedisLostLeaseRevokedInFailClosed(t *testing.T) {
 				l.mu.Lock()
 				again := s.member
 				l.mu.Unlock()
-				if s.Done() != nil || s.Local() || again == first {
-					t.Errorf("fail-open lease after loss: Done %v, Local %v, member %q (was %q)", s.Done(), s.Local(), again, first)
+				if s.Revoked() != nil || s.Local() || again == first {
+					t.Errorf("fail-open lease after loss: Revoked %v, Local %v, member %q (was %q)", s.Revoked(), s.Local(), again, first)
 				}
 				if st := l.Stats(); st.RevokedLeases != 0 || st.LocalHeld != 0 {
 					t.Errorf("stats %+v, want none revoked, none local", st)
@@ -206,7 +206,7 @@ func TestRedisPausedPastTTLRevokesOnTime(t *testing.T) {
 	eventually(t, 10*time.Second, "degraded", func() bool { return !l.Stats().Healthy })
 	degradedAfter := time.Since(paused)
 	select {
-	case <-s.Done():
+	case <-s.Revoked():
 	case <-time.After(time.Minute):
 		t.Fatal("the lease was not revoked while Redis hung")
 	}
@@ -311,7 +311,7 @@ func TestRedisRevocationCountedBeforeDone(t *testing.T) {
 	for _, s := range leases {
 		wg.Go(func() {
 			select {
-			case <-s.Done():
+			case <-s.Revoked():
 			case <-time.After(time.Minute):
 				t.Error("a lease past its validity was not revoked")
 				return

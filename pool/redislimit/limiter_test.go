@@ -463,7 +463,7 @@ func TestRedisGatesShareClusterCap(t *testing.T) {
 		t.Errorf("peak permits across both gates = %d, want exactly the cluster cap 3", p)
 	}
 	for i, g := range gates {
-		if st := g.Stats(); st.ClusterLocal != 0 || st.ClusterErrors != 0 {
+		if st := g.Stat(); st.ClusterLocal != 0 || st.ClusterErrors != 0 {
 			t.Errorf("gate %d: ClusterLocal %d, ClusterErrors %d, want 0", i, st.ClusterLocal, st.ClusterErrors)
 		}
 	}

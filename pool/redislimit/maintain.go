@@ -255,7 +255,7 @@ func (l *Limiter) renew(ctx context.Context) error {
 					l.addPendingLocked(s.tenant, pendingRelease{member: s.member, until: l.releaseUntil()})
 				}
 			case isLost[int64(j)]:
-				l.c.lost.Add(1) // before Done closes: see expire
+				l.c.lost.Add(1) // before Revoked closes: see expire
 				l.revokeLocked(s)
 				n++
 			default:

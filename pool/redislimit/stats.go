@@ -41,7 +41,7 @@ type Stats struct {
 	Renewals, LostLeases uint64
 	// ExpiredLeases counts held leases whose local validity ran out before
 	// a renewal confirmed them (the process was cut off from Redis, paused,
-	// or Redis hung). RevokedLeases counts the leases revoked (Done closed,
+	// or Redis hung). RevokedLeases counts the leases revoked (Revoked closed,
 	// FailClosed) for either reason; in FailOpen they turn local instead.
 	ExpiredLeases, RevokedLeases uint64
 	// Reconciles counts recoveries: held leases renewed and local grants

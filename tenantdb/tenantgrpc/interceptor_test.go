@@ -80,7 +80,7 @@ func newEnv(t *testing.T, cfg pool.Config) *env {
 		defer func() {
 			if p := recover(); p != nil {
 				e.panics.Add(1)
-				if s := g.Stats(); s.InUse != 0 {
+				if s := g.Stat(); s.InUse != 0 {
 					t.Errorf("slot still held when the panic left the interceptor: %d", s.InUse)
 				}
 				err = status.Errorf(codes.Internal, "panic: %v", p)
@@ -128,7 +128,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func (e *env) inUse(id string, n int) func() bool {
-	return func() bool { s, _ := e.g.TenantStats(id); return s.InUse == n }
+	return func() bool { s, _ := e.g.TenantStat(id); return s.InUse == n }
 }
 
 // TestUnaryOverLimit: with a tenant's only slot held, its next call is
@@ -185,7 +185,7 @@ func TestUnaryRefusals(t *testing.T) {
 	if _, err := e.client.Check(as("acme"), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("closed gate: %v; want Unavailable", err)
 	}
-	if len(e.h.tenants) != 0 || e.g.Stats().Acquired != 0 {
+	if len(e.h.tenants) != 0 || e.g.Stat().Acquired != 0 {
 		t.Fatal("a refused call reached the handler or took a slot")
 	}
 }
@@ -207,7 +207,7 @@ func TestUnaryReleasesOnPanicAndDisconnect(t *testing.T) {
 	ctx, cancel := context.WithCancel(as("acme"))
 	call := e.checkAsync(ctx, "")
 	<-e.h.tenants
-	if s, _ := e.g.TenantStats("acme"); s.InUse != 1 {
+	if s, _ := e.g.TenantStat("acme"); s.InUse != 1 {
 		t.Fatalf("in use %d while the call runs, want 1", s.InUse)
 	}
 	cancel()
@@ -215,7 +215,7 @@ func TestUnaryReleasesOnPanicAndDisconnect(t *testing.T) {
 		t.Fatalf("cancelled call: %v", err)
 	}
 	eventually(t, "the gone client's slot is released", e.inUse("acme", 0))
-	if s, _ := e.g.TenantStats("acme"); s.Acquired != 2 {
+	if s, _ := e.g.TenantStat("acme"); s.Acquired != 2 {
 		t.Fatalf("acquired %d, want 2", s.Acquired)
 	}
 }
@@ -238,7 +238,7 @@ func TestStreamHoldsSlotForItsLife(t *testing.T) {
 	if got := <-e.h.tenants; got != "acme" {
 		t.Fatalf("stream's context carries %q", got)
 	}
-	if s, _ := e.g.TenantStats("acme"); s.InUse != 1 {
+	if s, _ := e.g.TenantStat("acme"); s.InUse != 1 {
 		t.Fatalf("in use %d with the stream open, want 1", s.InUse)
 	}
 	w2, err := e.client.Watch(as("acme"), &healthpb.HealthCheckRequest{})

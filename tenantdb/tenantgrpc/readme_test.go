@@ -3,11 +3,11 @@ package tenantgrpc_test
 import (
 	"testing"
 
-	"github.com/tenantdb/tenantdb/internal/readmetest"
+	"github.com/tenantdb/tenantdb/internal/doctest"
 )
 
-// TestReadmeGRPC builds the README's gRPC example as the complete program
+// TestReadmeGRPC builds the documented gRPC example as the complete program
 // it claims to be.
 func TestReadmeGRPC(t *testing.T) {
-	readmetest.Build(t, readmetest.Program(t, "### gRPC: `tenantgrpc` interceptors"))
+	doctest.BuildProgram(t, "### gRPC: `tenantgrpc` interceptors", "tenantdb/tenantgrpc/internal/readme")
 }

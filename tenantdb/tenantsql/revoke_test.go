@@ -26,10 +26,10 @@ type revocable struct {
 	once sync.Once
 }
 
-func (l *revocable) Release()              {}
-func (l *revocable) Local() bool           { return false }
-func (l *revocable) Done() <-chan struct{} { return l.done }
-func (l *revocable) revoke()               { l.once.Do(func() { close(l.done) }) }
+func (l *revocable) Release()                 {}
+func (l *revocable) Local() bool              { return false }
+func (l *revocable) Revoked() <-chan struct{} { return l.done }
+func (l *revocable) revoke()                  { l.once.Do(func() { close(l.done) }) }
 
 func (r *revoker) AcquireSlot(context.Context, string, int, time.Duration) (pool.ClusterLease, error) {
 	r.mu.Lock()

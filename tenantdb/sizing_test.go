@@ -24,7 +24,7 @@ func newLazyPool(t *testing.T, maxConns int32, cfg tenantdb.Config) (*tenantdb.P
 	return p, &log
 }
 
-func TestCapacityReport(t *testing.T) {
+func TestSizingReport(t *testing.T) {
 	t.Run("fits", func(t *testing.T) {
 		p, log := newLazyPool(t, 20, tenantdb.Config{
 			Plans: map[string]tenantdb.Plan{
@@ -35,14 +35,14 @@ func TestCapacityReport(t *testing.T) {
 			DefaultPlan:          "standard",
 			TypicalActiveTenants: 4,
 		})
-		c := p.Capacity()
+		c := p.Sizing()
 		if len(c.Warnings) != 0 || log.Len() != 0 {
 			t.Fatalf("warnings for a configuration that fits: %q; logged %q", c.Warnings, log)
 		}
 		if c.MaxConns != 20 || c.MaxReserved != 10 || c.DefaultPlan != "standard" || c.TypicalDemand != 20 {
 			t.Fatalf("report: %+v", c)
 		}
-		want := []tenantdb.PlanCapacity{
+		want := []tenantdb.PlanSizing{
 			{Name: "enterprise", MaxConns: 10, ReservedConns: 4, Weight: 5, TenantsToFill: 2},
 			{Name: "free", MaxConns: 2, Weight: 1, TenantsToFill: 10},
 			{Name: "standard", MaxConns: 5, Weight: 1, TenantsToFill: 4},
@@ -58,7 +58,7 @@ func TestCapacityReport(t *testing.T) {
 			Plans:                map[string]tenantdb.Plan{"standard": {MaxConns: 10}},
 			TypicalActiveTenants: 3,
 		})
-		c := p.Capacity()
+		c := p.Sizing()
 		if c.TypicalDemand != 30 || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "may hold 30 connections, more than MaxConns 20") {
 			t.Fatalf("report: %+v", c)
 		}
@@ -68,12 +68,12 @@ func TestCapacityReport(t *testing.T) {
 	})
 	t.Run("one tenant can take every connection", func(t *testing.T) {
 		p, _ := newLazyPool(t, 8, tenantdb.Config{Plans: map[string]tenantdb.Plan{"big": {MaxConns: 8}, "small": {MaxConns: 2}}, DefaultPlan: "small"})
-		if w := p.Capacity().Warnings; len(w) != 1 || !strings.Contains(w[0], `plan "big": one busy tenant can hold all 8`) {
+		if w := p.Sizing().Warnings; len(w) != 1 || !strings.Contains(w[0], `plan "big": one busy tenant can hold all 8`) {
 			t.Fatalf("warnings: %q", w)
 		}
 		// A reservation for the other plan answers it.
 		p, _ = newLazyPool(t, 8, tenantdb.Config{Plans: map[string]tenantdb.Plan{"big": {MaxConns: 8}, "small": {MaxConns: 2, ReservedConns: 2}}, DefaultPlan: "small"})
-		if w := p.Capacity().Warnings; len(w) != 0 {
+		if w := p.Sizing().Warnings; len(w) != 0 {
 			t.Fatalf("warnings with a reservation: %q", w)
 		}
 	})
@@ -97,7 +97,7 @@ func TestCapacityReport(t *testing.T) {
 			held = append(held, permit)
 		}
 		held[3].Release() // initech is tracked but idle
-		c := p.Capacity()
+		c := p.Sizing()
 		if c.ActiveTenants != 2 || c.ActiveDemand != 5+2 {
 			t.Fatalf("active %d tenants with caps adding up to %d; want 2 and 7", c.ActiveTenants, c.ActiveDemand)
 		}
@@ -107,7 +107,7 @@ func TestCapacityReport(t *testing.T) {
 		for _, permit := range held {
 			permit.Release()
 		}
-		if c := p.Capacity(); c.ActiveTenants != 0 || c.ActiveDemand != 0 {
+		if c := p.Sizing(); c.ActiveTenants != 0 || c.ActiveDemand != 0 {
 			t.Fatalf("after release: %+v", c)
 		}
 	})

@@ -8,12 +8,11 @@ import (
 	"strings"
 )
 
-// Capacity is the sizing check of a Pool: whether the caps of the tenants that
-// are busy at the same moment fit in the shared pool's MaxConns, as the guide
-// asks ("the configured limits, multiplied by typical concurrent tenants, fit
-// within the global capacity"). Oversubscription is normal, since not every
-// tenant is busy at once; the check is for the typical moment.
-type Capacity struct {
+// Sizing is the sizing check of a Pool: whether the caps of the tenants that
+// are busy at the same moment fit in the shared pool's MaxConns.
+// Oversubscription is normal, since not every tenant is busy at once; the
+// check is for the typical moment.
+type Sizing struct {
 	// MaxConns is the shared pool's limit, which every tenant shares.
 	MaxConns int
 	// MaxReserved is the most connections the reservations in force may
@@ -23,7 +22,7 @@ type Capacity struct {
 	// DefaultPlan is the plan of tenants Lookup places on none.
 	DefaultPlan string
 	// Plans are the plans in force, sorted by name.
-	Plans []PlanCapacity
+	Plans []PlanSizing
 
 	// TypicalActiveTenants is Config.TypicalActiveTenants (0: not given).
 	// TypicalDemand is the connections they may hold at once: that many
@@ -39,8 +38,8 @@ type Capacity struct {
 	Warnings []string
 }
 
-// PlanCapacity is one plan as the sizing check sees it.
-type PlanCapacity struct {
+// PlanSizing is one plan as the sizing check sees it.
+type PlanSizing struct {
 	Name                            string
 	MaxConns, ReservedConns, Weight int
 	// TenantsToFill is how many busy tenants of the plan take every shared
@@ -49,13 +48,13 @@ type PlanCapacity struct {
 	TenantsToFill int
 }
 
-// Capacity returns the sizing check for the plans in force and the tenants
+// Sizing returns the sizing check for the plans in force and the tenants
 // busy now. It visits every tracked tenant (in batches, not under one lock
 // hold): call it for reports and health pages, not per request.
-func (p *Pool) Capacity() Capacity {
-	c := p.staticCapacity()
-	c.Reserved = p.gate.Stats().Reserved
-	for _, t := range p.gate.AppendTenantStats(nil) {
+func (p *Pool) Sizing() Sizing {
+	c := p.staticSizing()
+	c.Reserved = p.gate.Stat().Reserved
+	for _, t := range p.gate.AppendTenantStat(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++
 			c.ActiveDemand += t.Limit
@@ -64,11 +63,11 @@ func (p *Pool) Capacity() Capacity {
 	return c
 }
 
-// staticCapacity is the part of Capacity that depends on the configuration
+// staticSizing is the part of Sizing that depends on the configuration
 // only; New logs its warnings.
-func (p *Pool) staticCapacity() Capacity {
+func (p *Pool) staticSizing() Sizing {
 	plans, def := p.gate.Plans()
-	c := Capacity{
+	c := Sizing{
 		MaxConns:             p.gate.Capacity(),
 		MaxReserved:          p.gate.MaxReserved(),
 		DefaultPlan:          def,
@@ -76,7 +75,7 @@ func (p *Pool) staticCapacity() Capacity {
 	}
 	reserving := 0
 	for name, pl := range plans {
-		c.Plans = append(c.Plans, PlanCapacity{
+		c.Plans = append(c.Plans, PlanSizing{
 			Name: name, MaxConns: pl.MaxConns, ReservedConns: pl.ReservedConns, Weight: max(1, pl.Weight),
 			TenantsToFill: (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
 		})
@@ -84,7 +83,7 @@ func (p *Pool) staticCapacity() Capacity {
 			reserving++
 		}
 	}
-	slices.SortFunc(c.Plans, func(a, b PlanCapacity) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Plans, func(a, b PlanSizing) int { return strings.Compare(a.Name, b.Name) })
 	for _, pl := range c.Plans {
 		if pl.TenantsToFill == 1 && (reserving == 0 || reserving == 1 && pl.ReservedConns > 0) {
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
@@ -103,9 +102,9 @@ func (p *Pool) staticCapacity() Capacity {
 	return c
 }
 
-// ServerCapacity compares what the processes sharing one PostgreSQL server
+// ServerSizing compares what the processes sharing one PostgreSQL server
 // may open with what it accepts.
-type ServerCapacity struct {
+type ServerSizing struct {
 	// MaxConnections is the server's max_connections less
 	// superuser_reserved_connections: what ordinary roles may open.
 	MaxConnections int
@@ -115,17 +114,17 @@ type ServerCapacity struct {
 }
 
 // Fits reports whether Demand fits in MaxConnections.
-func (s ServerCapacity) Fits() bool { return s.Demand <= s.MaxConnections }
+func (s ServerSizing) Fits() bool { return s.Demand <= s.MaxConnections }
 
 // CheckServer asks the server for max_connections (on a shared connection,
 // counted against no tenant) and compares it with processes × MaxConns, the
 // connections that many processes running this pool may open. ctx governs
 // the query. Leave room for your other clients too.
-func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerCapacity, error) {
+func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, error) {
 	if processes < 1 {
-		return ServerCapacity{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)
+		return ServerSizing{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)
 	}
-	s := ServerCapacity{Processes: processes, Demand: processes * p.gate.Capacity()}
+	s := ServerSizing{Processes: processes, Demand: processes * p.gate.Capacity()}
 	err := p.pg.QueryRow(withoutTenant(ctx),
 		"select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int").
 		Scan(&s.MaxConnections)
@@ -135,13 +134,13 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerCapacity, 
 	return s, nil
 }
 
-// warnCapacity logs the static sizing warnings at New.
-func (p *Pool) warnCapacity(cfg Config) {
+// warnSizing logs the static sizing warnings at New.
+func (p *Pool) warnSizing(cfg Config) {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	for _, w := range p.staticCapacity().Warnings {
+	for _, w := range p.staticSizing().Warnings {
 		logger.Warn("tenantdb: sizing: " + w)
 	}
 }
