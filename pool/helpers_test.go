@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenantdb/tenantdb/internal/poll"
 	"github.com/tenantdb/tenantdb/pool"
 )
 
@@ -42,17 +43,11 @@ func acquireAsync(ctx context.Context, g *pool.Gate, id string) <-chan result {
 	return ch
 }
 
-// eventually polls a probe until it holds; it synchronises tests with the
-// Gate's state instead of sleeping.
+// eventually polls a probe of the Gate's state every 100 µs until it holds,
+// for at most ten seconds.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	poll.Until(t, 10*time.Second, 100*time.Microsecond, what, cond)
 }
 
 func waitingIs(g *pool.Gate, n int) func() bool {

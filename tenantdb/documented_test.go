@@ -10,22 +10,21 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tenantdb/tenantdb/internal/doctest"
 )
 
 // TestExportedNamesDocumented: every exported name of pool and tenantdb (a
 // type, function, method, constant, variable, struct field or interface
-// method) is in README.md or in an Example function. A top-level name must
+// method) is in the documentation (README.md, docs/*.md) or in an Example
+// function. A top-level name must
 // appear as a word; a member as .Name, `Name` or Name:, so that a common word
 // in prose does not count for it.
 func TestExportedNamesDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// words holds every identifier of the docs; members, those written as
 	// .Name, `Name` or Name:.
 	words, members := map[string]bool{}, map[string]bool{}
-	docs := string(readme) + exampleBodies(t, "../pool", ".")
+	docs := doctest.Text(t) + exampleBodies(t, "../pool", ".")
 	for _, m := range regexp.MustCompile("([.`]?)([A-Za-z_][A-Za-z0-9_]*)(:?)").FindAllStringSubmatch(docs, -1) {
 		words[m[2]] = true
 		if m[1] != "" || m[3] != "" {
@@ -39,7 +38,7 @@ func TestExportedNamesDocumented(t *testing.T) {
 				found = members[member]
 			}
 			if !found {
-				t.Errorf("%s: %s is neither in README.md nor in an Example", filepath.Base(filepath.Clean(dir)), name)
+				t.Errorf("%s: %s is neither in the documentation (%s) nor in an Example", filepath.Base(filepath.Clean(dir)), name, strings.Join(doctest.Files(t), ", "))
 			}
 		}
 	}

@@ -2,13 +2,12 @@ package tenantdb_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenantdb/tenantdb/internal/testmain"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
@@ -16,27 +15,7 @@ import (
 // sharedPG is one PostgreSQL container for the tests that do not stop it.
 var sharedPG *tenantdbtest.Postgres
 
-func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	pg, err := tenantdbtest.RunPostgres(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sharedPG = pg
-	code := m.Run()
-	if err := pg.Terminate(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		if err := tenantdbtest.FindLeaks(); err != nil {
-			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testmain.RunWithPostgres(m, &sharedPG) }
 
 // newPool builds a tenantdb.Pool on pg with maxConns shared connections.
 func newPool(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32, cfg tenantdb.Config) *tenantdb.Pool {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tenantdb/tenantdb/internal/pgtest"
 	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
@@ -28,18 +28,7 @@ const rlsRole = "tenantdb_rls_app"
 // rlsRole.
 func setupRLS(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, `
-do $$ begin
-	if not exists (select from pg_roles where rolname = '`+rlsRole+`') then
-		create role `+rlsRole+` login password 'app' nosuperuser nobypassrls;
-	end if;
-end $$;
+	return pgtest.AppRole(t, sharedPG.DSN, rlsRole, `
 drop table if exists rls_docs;
 drop schema if exists tenant_a cascade;
 drop schema if exists tenant_b cascade;
@@ -62,15 +51,6 @@ insert into tenant_b.items values ('in b');
 grant usage on schema tenant_a, tenant_b to `+rlsRole+`;
 grant select, insert on tenant_a.items, tenant_b.items, tenant_a.uploads, tenant_b.uploads to `+rlsRole+`;
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(rlsRole, "app")
-	return u.String()
 }
 
 func newRLSPool(t *testing.T, dsn string, maxConns int32, searchPath func(string) []string) *tenantdb.Pool {

@@ -2,12 +2,11 @@ package tracing_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tenantdb/tenantdb/internal/testmain"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
@@ -33,17 +32,6 @@ func postgres(t testing.TB) *tenantdbtest.Postgres {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if sharedPG != nil {
-		if err := sharedPG.Terminate(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}
-	if code == 0 {
-		if err := tenantdbtest.FindLeaks(); err != nil {
-			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	code := m.Run() // before sharedPG is read: the tests may start it
+	testmain.Exit(code, sharedPG)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenantdb/tenantdb/internal/poll"
 	"github.com/tenantdb/tenantdb/pool"
 )
 
@@ -53,16 +54,11 @@ func newClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// eventually polls cond, a probe of state, until it holds.
+// eventually polls cond, a probe of state, every millisecond until it
+// holds, for at most ten seconds.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, time.Millisecond, what, cond)
 }
 
 func tenantStat(g *pool.Gate, id string) pool.TenantStat {

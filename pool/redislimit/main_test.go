@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tenantdb/tenantdb/internal/poll"
 	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
@@ -188,16 +189,10 @@ func keysOf(t testing.TB, c redis.UniversalClient, prefix string) []string {
 	return all
 }
 
-// eventually polls cond until it holds, failing t after timeout.
+// eventually polls cond every 2 ms until it holds, failing t after timeout.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 2*time.Millisecond, what, cond)
 }
 
 // assertNothingHeld waits until no key of prefix holds a lease, and checks

@@ -30,7 +30,7 @@ const hostPortAttempts = 3
 // dockerEnv is what the helpers learn from Docker before they start a
 // container.
 type dockerEnv struct {
-	provider *testcontainers.DockerProvider
+	provider *testcontainers.DockerProvider // closed once images.connect returns
 	// host is where published ports are reached: 127.0.0.1 for a local
 	// daemon, the daemon's host otherwise.
 	host string
@@ -150,30 +150,6 @@ func newProvider() (p *testcontainers.DockerProvider, err error) {
 }
 
 func (d *dockerEnv) close() { _ = d.provider.Close() }
-
-// chooseImage returns the image named by envVar, else local if the local
-// image store has it, else official. The local image is the one built by
-// testdata/build-images.sh where no registry is reachable; preferring it
-// means such a machine never tries to pull.
-func (d *dockerEnv) chooseImage(ctx context.Context, envVar, local, official string) string {
-	if img := os.Getenv(envVar); img != "" {
-		return img
-	}
-	if _, err := d.provider.Client().ImageInspect(ctx, local); err == nil {
-		return local
-	}
-	return official
-}
-
-// imageHint explains a failed start with the official image: most likely no
-// registry is reachable and the local image was never built.
-func imageHint(image, official, local, envVar string) string {
-	if image != official {
-		return ""
-	}
-	return fmt.Sprintf(" (no local image %s was found and %s could not be used: where no registry is reachable, "+
-		"build the local images with testdata/build-images.sh from the tenantdb repository, or set %s)", local, official, envVar)
-}
 
 // freePort returns a TCP port that is free on ip (all addresses when ip is
 // unset) at the time of the call.

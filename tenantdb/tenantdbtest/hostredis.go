@@ -3,6 +3,9 @@ package tenantdbtest
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -10,47 +13,53 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// hostRedisImage resolves opts and the image for a set-up of several Redis
-// servers in one container on the Docker host's network (a Redis Cluster,
-// Sentinel): their addresses must be the ones the tests dial, as MOVED
-// answers and sentinels announce them. what names the set-up in errors;
-// ctx governs the Docker calls.
-func hostRedisImage(ctx context.Context, what string, opts []RedisOption) (redisConfig, string, error) {
-	cfg := redisConfig{startupTimeout: time.Minute}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := connectDocker(ctx, what, redisAddrEnv)
-	if err != nil {
-		return cfg, "", err
-	}
-	defer d.close()
-	if d.host != "127.0.0.1" && d.host != "localhost" {
-		return cfg, "", fmt.Errorf("tenantdbtest: %s needs a local Docker daemon (its servers use the host's network); Docker is at %s", what, d.host)
-	}
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, redisImageEnv, localRedisImage, officialRedisImage)
-	}
-	return cfg, image, nil
-}
+// hostRedisTimeout bounds StartRedisCluster and StartRedisSentinel.
+const hostRedisTimeout = 3 * time.Minute
 
-// runHostRedis runs script (sh) in image on the host's network and waits
-// until it prints ready; ctx governs the start. On error no container is
-// left running.
-func runHostRedis(ctx context.Context, cfg redisConfig, image, what, script, ready string) (testcontainers.Container, error) {
+// hostRedisReady is what runHostRedis's script prints once the servers are
+// up.
+const hostRedisReady = "tenantdbtest: host Redis ready"
+
+// runHostRedis starts a set-up of several Redis servers in one container on
+// the Docker host's network (a Redis Cluster, Sentinel), so that their
+// addresses are the ones the tests dial, as MOVED answers and sentinels
+// announce them. It picks the ports with pick, runs the sh script that
+// script writes for them in /data, and waits until the script is done. what
+// names the set-up in errors; ctx governs the start. On error no container
+// is left running.
+func runHostRedis(ctx context.Context, what string, opts []RedisOption, pick func() ([]int, error),
+	script func(w *strings.Builder, ports []int)) (testcontainers.Container, []int, error) {
+	cfg := withOptions(redisConfig{startupTimeout: time.Minute}, opts)
+	d, image, err := redisImages.connect(ctx, what, redisAddrEnv, cfg.image)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.host != "127.0.0.1" && d.host != "localhost" {
+		return nil, nil, fmt.Errorf("tenantdbtest: %s needs a local Docker daemon (its servers use the host's network); Docker is at %s", what, d.host)
+	}
+	ports, err := pick()
+	if err != nil {
+		return nil, nil, err
+	}
+	var sh strings.Builder
+	sh.WriteString("set -e\ncd /data\n")
+	script(&sh, ports)
+	fmt.Fprintf(&sh, "echo '%s'\nexec sleep infinity\n", hostRedisReady)
 	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithEntrypoint("sh", "-c", script),
+		testcontainers.WithEntrypoint("sh", "-c", sh.String()),
 		testcontainers.WithCmd(),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout, wait.ForLog(ready)),
+		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout, wait.ForLog(hostRedisReady)),
 	)
 	if err != nil {
 		if ctr != nil {
 			_ = testcontainers.TerminateContainer(ctr)
 		}
-		return nil, fmt.Errorf("tenantdbtest: start %s from %s: %w%s", what, image, err,
-			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
+		return nil, nil, redisImages.startError(what, image, err)
 	}
-	return ctr, nil
+	return ctr, ports, nil
 }
+
+// loopback is host:port of port on 127.0.0.1, where runHostRedis's servers
+// listen.
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

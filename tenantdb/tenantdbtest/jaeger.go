@@ -16,11 +16,6 @@ import (
 )
 
 const (
-	localJaegerImage = "tenantdb/jaeger:1.75.0"
-	// Jaeger tags its releases in pairs: v2.12.0 is the image of the same
-	// source as the Go module version v1.75.0 that the local image builds.
-	officialJaegerImage   = "jaegertracing/jaeger:2.12.0"
-	jaegerImageEnv        = "TENANTDB_JAEGER_IMAGE"
 	jaegerQueryURLEnv     = "TENANTDB_JAEGER_QUERY_URL"
 	jaegerOTLPGRPCEnv     = "TENANTDB_JAEGER_OTLP_GRPC_ENDPOINT"
 	jaegerOTLPHTTPEnv     = "TENANTDB_JAEGER_OTLP_HTTP_ENDPOINT"
@@ -56,7 +51,7 @@ type Jaeger struct {
 	// Container is the running container; nil for an existing server.
 	Container *testcontainers.DockerContainer
 
-	term terminator
+	base
 }
 
 type jaegerConfig struct {
@@ -149,53 +144,34 @@ func WithJaegerStartupTimeout(d time.Duration) JaegerOption {
 	return func(c *jaegerConfig) { c.startupTimeout = d }
 }
 
+// jaegerService is how StartJaeger and RunJaeger get a Jaeger server.
+var jaegerService = service[*Jaeger, JaegerOption]{
+	envVar:   jaegerQueryURLEnv,
+	existing: existingJaeger,
+	run:      runJaeger,
+	describe: func(j *Jaeger) string {
+		return fmt.Sprintf("Jaeger (%s): OTLP gRPC %s, OTLP HTTP %s, query %s", j.Image, j.OTLPGRPCEndpoint, j.OTLPHTTPEndpoint, j.QueryURL)
+	},
+}
+
 // StartJaeger returns a Jaeger server for t, started in a container that is
 // terminated when t ends, or the server TENANTDB_JAEGER_QUERY_URL names. It
 // fails t when neither can be had, never skips it.
 func StartJaeger(t testing.TB, opts ...JaegerOption) *Jaeger {
 	t.Helper()
-	if os.Getenv(jaegerQueryURLEnv) != "" {
-		j, err := existingJaeger()
-		if err != nil {
-			t.Fatalf("%v", err)
-		}
-		return j
-	}
-	j, err := runJaeger(t.Context(), opts)
-	var c testcontainers.Container
-	if j != nil && j.Container != nil {
-		c = j.Container
-	}
-	testcontainers.CleanupContainer(t, c)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Logf("tenantdbtest: Jaeger (%s): OTLP gRPC %s, OTLP HTTP %s, query %s",
-		j.Image, j.OTLPGRPCEndpoint, j.OTLPHTTPEndpoint, j.QueryURL)
-	return j
+	return jaegerService.start(t, opts)
 }
 
 // RunJaeger is StartJaeger for programs outside tests: ctx governs starting
 // the container only. The caller must call Terminate when done; on error no
 // container is left running.
 func RunJaeger(ctx context.Context, opts ...JaegerOption) (*Jaeger, error) {
-	if os.Getenv(jaegerQueryURLEnv) != "" {
-		return existingJaeger()
-	}
-	j, err := runJaeger(ctx, opts)
-	if err != nil {
-		if j != nil {
-			_ = testcontainers.TerminateContainer(j.Container)
-		}
-		return nil, err
-	}
-	return j, nil
+	return jaegerService.runForProgram(ctx, opts)
 }
 
 // existingJaeger describes the server of TENANTDB_JAEGER_QUERY_URL; its
 // OTLP endpoints default to the standard ports on the same host.
-func existingJaeger() (*Jaeger, error) {
-	q := os.Getenv(jaegerQueryURLEnv)
+func existingJaeger(q string) (*Jaeger, error) {
 	u, err := url.Parse(q)
 	if err != nil || u.Hostname() == "" {
 		return nil, fmt.Errorf("tenantdbtest: %s=%q is not an http://host:port URL", jaegerQueryURLEnv, q)
@@ -215,18 +191,10 @@ func existingJaeger() (*Jaeger, error) {
 }
 
 func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
-	cfg := jaegerConfig{startupTimeout: time.Minute}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := connectDocker(ctx, "Jaeger", jaegerQueryURLEnv)
+	cfg := withOptions(jaegerConfig{startupTimeout: time.Minute}, opts)
+	d, image, err := jaegerImages.connect(ctx, "Jaeger", jaegerQueryURLEnv, cfg.image)
 	if err != nil {
 		return nil, err
-	}
-	defer d.close()
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, jaegerImageEnv, localJaegerImage, officialJaegerImage)
 	}
 
 	// Jaeger is not stopped and started by tests (its storage is in
@@ -256,10 +224,9 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 		)
 	}
 	ctr, err := testcontainers.Run(ctx, image, runOpts...)
-	j := &Jaeger{Image: image, Container: ctr}
+	j := &Jaeger{Image: image, Container: ctr, base: newBase("Jaeger", ctr)}
 	if err != nil {
-		return j, fmt.Errorf("tenantdbtest: start Jaeger from %s: %w%s", image, err,
-			imageHint(image, officialJaegerImage, localJaegerImage, jaegerImageEnv))
+		return j, jaegerImages.startError("Jaeger", image, err)
 	}
 	endpoint := func(port string) (string, error) {
 		p, err := mappedHostPort(ctx, ctr, port)
@@ -291,9 +258,4 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 // requests. It does nothing for an existing server, and only the first call
 // does anything. StartJaeger arranges it through t.Cleanup; after RunJaeger
 // the caller must call it.
-func (j *Jaeger) Terminate(ctx context.Context) error {
-	if j == nil || j.Container == nil {
-		return nil
-	}
-	return j.term.do(ctx, j.Container, "Jaeger")
-}
+func (j *Jaeger) Terminate(ctx context.Context) error { return terminate(ctx, j) }

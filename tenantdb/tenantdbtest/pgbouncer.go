@@ -133,10 +133,7 @@ func RunPgBouncer(ctx context.Context, pg *Postgres, opts ...PgBouncerOption) (*
 			return nil, ErrNoPgBouncer
 		}
 	}
-	cfg := pgBouncerConfig{poolMode: PoolModeSession, users: map[string]string{}, startupTimeout: 10 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := withOptions(pgBouncerConfig{poolMode: PoolModeSession, users: map[string]string{}, startupTimeout: 10 * time.Second}, opts)
 	if cfg.poolMode != PoolModeSession && cfg.poolMode != PoolModeTransaction {
 		return nil, fmt.Errorf("tenantdbtest: pool mode %q: want %q or %q", cfg.poolMode, PoolModeSession, PoolModeTransaction)
 	}

@@ -17,11 +17,8 @@ import (
 )
 
 const (
-	localPostgresImage    = "tenantdb/postgres:15"
-	officialPostgresImage = "postgres:15"
-	postgresImageEnv      = "TENANTDB_POSTGRES_IMAGE"
-	postgresDSNEnv        = "TENANTDB_POSTGRES_DSN"
-	postgresPort          = "5432/tcp"
+	postgresDSNEnv = "TENANTDB_POSTGRES_DSN"
+	postgresPort   = "5432/tcp"
 
 	// DefaultMaxConnections is the max_connections the helpers give
 	// PostgreSQL unless WithMaxConnections says otherwise. PostgreSQL's own
@@ -29,6 +26,14 @@ const (
 	// dozen connections each.
 	DefaultMaxConnections = 300
 )
+
+// postgresService is how StartPostgres and RunPostgres get a PostgreSQL server.
+var postgresService = service[*Postgres, PostgresOption]{
+	envVar:   postgresDSNEnv,
+	existing: func(dsn string) (*Postgres, error) { return existingPostgres(dsn), nil },
+	run:      runPostgres,
+	describe: func(p *Postgres) string { return fmt.Sprintf("PostgreSQL (%s) at %s", p.Image, p.Addr) },
+}
 
 // Postgres is a PostgreSQL server for tests: a container started by
 // StartPostgres or RunPostgres, or an existing server named by
@@ -53,7 +58,6 @@ type Postgres struct {
 	Container *tcpostgres.PostgresContainer
 
 	server // Stop, Start, Restart, Pause, Unpause
-	term   terminator
 }
 
 type postgresConfig struct {
@@ -134,44 +138,18 @@ func WithPostgresStartupTimeout(d time.Duration) PostgresOption {
 // never skips it.
 func StartPostgres(t testing.TB, opts ...PostgresOption) *Postgres {
 	t.Helper()
-	if dsn := os.Getenv(postgresDSNEnv); dsn != "" {
-		if len(opts) > 0 {
-			t.Logf("tenantdbtest: %s is set: using that server as it is, options are not applied", postgresDSNEnv)
-		}
-		return existingPostgres(dsn)
-	}
-	p, err := runPostgres(t.Context(), opts)
-	var c testcontainers.Container
-	if p != nil && p.Container != nil {
-		c = p.Container
-	}
-	testcontainers.CleanupContainer(t, c)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Logf("tenantdbtest: PostgreSQL (%s) at %s", p.Image, p.Addr)
-	return p
+	return postgresService.start(t, opts)
 }
 
 // RunPostgres is StartPostgres for programs outside tests: ctx governs
 // starting the container only. The caller must call Terminate when done;
 // on error no container is left running.
 func RunPostgres(ctx context.Context, opts ...PostgresOption) (*Postgres, error) {
-	if dsn := os.Getenv(postgresDSNEnv); dsn != "" {
-		return existingPostgres(dsn), nil
-	}
-	p, err := runPostgres(ctx, opts)
-	if err != nil {
-		if p != nil {
-			_ = testcontainers.TerminateContainer(p.Container)
-		}
-		return nil, err
-	}
-	return p, nil
+	return postgresService.runForProgram(ctx, opts)
 }
 
 func existingPostgres(dsn string) *Postgres {
-	p := &Postgres{DSN: dsn, server: postgresServer(nil)}
+	p := &Postgres{DSN: dsn, server: newServer("PostgreSQL", postgresDSNEnv, testcontainers.Container(nil))}
 	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
 		p.Addr = u.Host
 		p.User = u.User.Username()
@@ -191,30 +169,22 @@ func stripSlash(s string) string {
 // runPostgres starts the container. On error it returns what it started,
 // if anything, so that the caller can terminate it.
 func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) {
-	cfg := postgresConfig{
+	cfg := withOptions(postgresConfig{
 		user:           "tenantdb",
 		password:       "tenantdb",
 		database:       "tenantdb",
 		settings:       []string{"max_connections=" + strconv.Itoa(DefaultMaxConnections)},
 		startupTimeout: 2 * time.Minute,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	}, opts)
 	for _, f := range cfg.initScripts {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("tenantdbtest: init script: %w", err)
 		}
 	}
 
-	d, err := connectDocker(ctx, "PostgreSQL", postgresDSNEnv)
+	d, image, err := postgresImages.connect(ctx, "PostgreSQL", postgresDSNEnv, cfg.image)
 	if err != nil {
 		return nil, err
-	}
-	defer d.close()
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, postgresImageEnv, localPostgresImage, officialPostgresImage)
 	}
 
 	args := make([]string, 0, 2*len(cfg.settings))
@@ -258,11 +228,10 @@ func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) 
 		Database:  cfg.database,
 		Image:     image,
 		Container: ctr,
-		server:    postgresServer(ctr),
+		server:    newServer("PostgreSQL", postgresDSNEnv, ctr),
 	}
 	if err != nil {
-		return p, fmt.Errorf("tenantdbtest: start PostgreSQL from %s: %w%s", image, err,
-			imageHint(image, officialPostgresImage, localPostgresImage, postgresImageEnv))
+		return p, postgresImages.startError("PostgreSQL", image, err)
 	}
 	// The binding asked for is what Docker published; read it back all
 	// the same, so the DSN is right even on a runtime that ignored it.
@@ -307,19 +276,4 @@ func postgresWaitStrategies(cfg postgresConfig) []wait.Strategy {
 // Docker requests. It does nothing for an existing server, and only the
 // first call does anything. StartPostgres arranges it through t.Cleanup;
 // after RunPostgres the caller must call it.
-func (p *Postgres) Terminate(ctx context.Context) error {
-	if p == nil || p.Container == nil {
-		return nil
-	}
-	return p.term.do(ctx, p.Container, "PostgreSQL")
-}
-
-// postgresServer is the fault injection of c, or of an existing server when
-// c is nil.
-func postgresServer(c *tcpostgres.PostgresContainer) server {
-	s := server{what: "PostgreSQL", envVar: postgresDSNEnv}
-	if c != nil {
-		s.container = c
-	}
-	return s
-}
+func (p *Postgres) Terminate(ctx context.Context) error { return terminate(ctx, p) }

@@ -23,12 +23,9 @@ import (
 )
 
 const (
-	localPrometheusImage    = "tenantdb/prometheus:2"
-	officialPrometheusImage = "prom/prometheus:v2.42.0"
-	prometheusImageEnv      = "TENANTDB_PROMETHEUS_IMAGE"
-	prometheusReadyLog      = "Server is ready to receive web requests."
-	prometheusConfigPath    = "/etc/prometheus/tenantdbtest.yml"
-	prometheusRulesDir      = "/etc/prometheus/rules"
+	prometheusReadyLog   = "Server is ready to receive web requests."
+	prometheusConfigPath = "/etc/prometheus/tenantdbtest.yml"
+	prometheusRulesDir   = "/etc/prometheus/rules"
 )
 
 // PrometheusConfig configures StartPrometheusWith and RunPrometheus.
@@ -68,7 +65,7 @@ type Prometheus struct {
 	// Container is the running container.
 	Container *testcontainers.DockerContainer
 
-	term terminator
+	base
 }
 
 // StartPrometheus returns a Prometheus server that scrapes the targets'
@@ -82,15 +79,7 @@ func StartPrometheus(t testing.TB, targets ...string) *Prometheus {
 // StartPrometheusWith is StartPrometheus with a configuration.
 func StartPrometheusWith(t testing.TB, cfg PrometheusConfig) *Prometheus {
 	t.Helper()
-	p, err := runPrometheus(t.Context(), cfg)
-	var c testcontainers.Container
-	if p != nil && p.Container != nil {
-		c = p.Container
-	}
-	testcontainers.CleanupContainer(t, c)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
+	p := startForTest(t, func(ctx context.Context) (*Prometheus, error) { return runPrometheus(ctx, cfg) })
 	t.Logf("tenantdbtest: Prometheus (%s) at %s scraping %v", p.Image, p.URL, cfg.Targets)
 	return p
 }
@@ -99,14 +88,7 @@ func StartPrometheusWith(t testing.TB, cfg PrometheusConfig) *Prometheus {
 // governs starting the container only. The caller must call Terminate when
 // done; on error no container is left running.
 func RunPrometheus(ctx context.Context, cfg PrometheusConfig) (*Prometheus, error) {
-	p, err := runPrometheus(ctx, cfg)
-	if err != nil {
-		if p != nil && p.Container != nil {
-			_ = testcontainers.TerminateContainer(p.Container)
-		}
-		return nil, err
-	}
-	return p, nil
+	return runForProgram(ctx, func(ctx context.Context) (*Prometheus, error) { return runPrometheus(ctx, cfg) })
 }
 
 // prometheusYAML is the configuration: the targets as one static job, the
@@ -139,18 +121,13 @@ func runPrometheus(ctx context.Context, cfg PrometheusConfig) (*Prometheus, erro
 			return nil, fmt.Errorf("tenantdbtest: Prometheus target %q: want host:port: %w", tg, err)
 		}
 	}
-	d, err := connectDocker(ctx, "Prometheus", prometheusImageEnv)
+	d, image, err := prometheusImages.connect(ctx, "Prometheus", prometheusImages.env, cfg.Image)
 	if err != nil {
 		return nil, err
 	}
-	defer d.close()
 	if !d.bindIP.IsValid() {
 		return nil, fmt.Errorf("tenantdbtest: Prometheus scrapes this process over the Docker host's network, "+
 			"which needs a Docker daemon on this machine; this one is at %s", d.host)
-	}
-	image := cfg.Image
-	if image == "" {
-		image = d.chooseImage(ctx, prometheusImageEnv, localPrometheusImage, officialPrometheusImage)
 	}
 
 	var files []testcontainers.ContainerFile
@@ -193,10 +170,9 @@ func runPrometheus(ctx context.Context, cfg PrometheusConfig) (*Prometheus, erro
 		}
 		return ctr, err
 	})
-	p := &Prometheus{Image: image, Container: ctr}
+	p := &Prometheus{Image: image, Container: ctr, base: newBase("Prometheus", ctr)}
 	if err != nil {
-		return p, fmt.Errorf("tenantdbtest: start Prometheus from %s: %w%s", image, err,
-			imageHint(image, officialPrometheusImage, localPrometheusImage, prometheusImageEnv))
+		return p, prometheusImages.startError("Prometheus", image, err)
 	}
 	p.URL = "http://" + net.JoinHostPort(d.bindIP.String(), strconv.Itoa(port))
 	return p, nil
@@ -217,12 +193,7 @@ func loggedPortConflict(ctx context.Context, c testcontainers.Container) bool {
 // Terminate stops and removes the container; ctx governs the Docker
 // requests. Only the first call does anything. StartPrometheus arranges it
 // through t.Cleanup; after RunPrometheus the caller must call it.
-func (p *Prometheus) Terminate(ctx context.Context) error {
-	if p == nil || p.Container == nil {
-		return nil
-	}
-	return p.term.do(ctx, p.Container, "Prometheus")
-}
+func (p *Prometheus) Terminate(ctx context.Context) error { return terminate(ctx, p) }
 
 // Sample is one series of an instant query's answer.
 type Sample struct {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,11 +16,8 @@ import (
 )
 
 const (
-	localRedisImage    = "tenantdb/redis:7"
-	officialRedisImage = "redis:7"
-	redisImageEnv      = "TENANTDB_REDIS_IMAGE"
-	redisAddrEnv       = "TENANTDB_REDIS_ADDR"
-	redisPort          = "6379/tcp"
+	redisAddrEnv = "TENANTDB_REDIS_ADDR"
+	redisPort    = "6379/tcp"
 )
 
 // Redis is a Redis server for tests: a container started by StartRedis or
@@ -37,7 +33,6 @@ type Redis struct {
 	Container *tcredis.RedisContainer
 
 	server // Stop, Start, Restart, Pause, Unpause
-	term   terminator
 }
 
 type redisConfig struct {
@@ -67,61 +62,37 @@ func WithRedisStartupTimeout(d time.Duration) RedisOption {
 	return func(c *redisConfig) { c.startupTimeout = d }
 }
 
+// redisService is how StartRedis and RunRedis get a Redis server.
+var redisService = service[*Redis, RedisOption]{
+	envVar: redisAddrEnv,
+	existing: func(addr string) (*Redis, error) {
+		return &Redis{Addr: addr, server: newServer("Redis", redisAddrEnv, testcontainers.Container(nil))}, nil
+	},
+	run:      runRedis,
+	describe: func(r *Redis) string { return fmt.Sprintf("Redis (%s) at %s", r.Image, r.Addr) },
+}
+
 // StartRedis returns a Redis server for t, started in a container that is
 // terminated when t ends, or the server TENANTDB_REDIS_ADDR names (the
 // options do not apply to it). It fails t when neither can be had, never
 // skips it.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	if addr := os.Getenv(redisAddrEnv); addr != "" {
-		if len(opts) > 0 {
-			t.Logf("tenantdbtest: %s is set: using that server as it is, options are not applied", redisAddrEnv)
-		}
-		return &Redis{Addr: addr, server: redisServer(nil)}
-	}
-	r, err := runRedis(t.Context(), opts)
-	var c testcontainers.Container
-	if r != nil && r.Container != nil {
-		c = r.Container
-	}
-	testcontainers.CleanupContainer(t, c)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Logf("tenantdbtest: Redis (%s) at %s", r.Image, r.Addr)
-	return r
+	return redisService.start(t, opts)
 }
 
 // RunRedis is StartRedis for programs outside tests: ctx governs starting
 // the container only. The caller must call Terminate when done; on error no
 // container is left running.
 func RunRedis(ctx context.Context, opts ...RedisOption) (*Redis, error) {
-	if addr := os.Getenv(redisAddrEnv); addr != "" {
-		return &Redis{Addr: addr, server: redisServer(nil)}, nil
-	}
-	r, err := runRedis(ctx, opts)
-	if err != nil {
-		if r != nil {
-			_ = testcontainers.TerminateContainer(r.Container)
-		}
-		return nil, err
-	}
-	return r, nil
+	return redisService.runForProgram(ctx, opts)
 }
 
 func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
-	cfg := redisConfig{startupTimeout: time.Minute}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := connectDocker(ctx, "Redis", redisAddrEnv)
+	cfg := withOptions(redisConfig{startupTimeout: time.Minute}, opts)
+	d, image, err := redisImages.connect(ctx, "Redis", redisAddrEnv, cfg.image)
 	if err != nil {
 		return nil, err
-	}
-	defer d.close()
-	image := cfg.image
-	if image == "" {
-		image = d.chooseImage(ctx, redisImageEnv, localRedisImage, officialRedisImage)
 	}
 
 	ctr, hostPort, err := runOnFreeHostPort(d, func(hostPort int) (*tcredis.RedisContainer, error) {
@@ -149,10 +120,9 @@ func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
 		}
 		return tcredis.Run(ctx, image, customizers...)
 	})
-	r := &Redis{Image: image, Container: ctr, server: redisServer(ctr)}
+	r := &Redis{Image: image, Container: ctr, server: newServer("Redis", redisAddrEnv, ctr)}
 	if err != nil {
-		return r, fmt.Errorf("tenantdbtest: start Redis from %s: %w%s", image, err,
-			imageHint(image, officialRedisImage, localRedisImage, redisImageEnv))
+		return r, redisImages.startError("Redis", image, err)
 	}
 	if mapped, err := mappedHostPort(ctx, ctr, redisPort); err == nil {
 		hostPort = mapped
@@ -165,19 +135,4 @@ func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
 // requests. It does nothing for an existing server, and only the first call
 // does anything. StartRedis arranges it through t.Cleanup; after RunRedis
 // the caller must call it.
-func (r *Redis) Terminate(ctx context.Context) error {
-	if r == nil || r.Container == nil {
-		return nil
-	}
-	return r.term.do(ctx, r.Container, "Redis")
-}
-
-// redisServer is the fault injection of c, or of an existing server when c
-// is nil.
-func redisServer(c *tcredis.RedisContainer) server {
-	s := server{what: "Redis", envVar: redisAddrEnv}
-	if c != nil {
-		s.container = c
-	}
-	return s
-}
+func (r *Redis) Terminate(ctx context.Context) error { return terminate(ctx, r) }

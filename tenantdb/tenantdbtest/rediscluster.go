@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -27,7 +26,7 @@ type RedisCluster struct {
 	// Container runs the three nodes.
 	Container testcontainers.Container
 
-	term terminator
+	base
 }
 
 // StartRedisCluster returns a Redis Cluster for t, terminated when t ends.
@@ -36,53 +35,48 @@ type RedisCluster struct {
 // are the image and the startup timeout.
 func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := RunRedisCluster(ctx, opts...)
-	if c != nil && c.Container != nil {
-		testcontainers.CleanupContainer(t, c.Container)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("tenantdbtest: Redis Cluster at %v", c.Addrs)
-	return c
+	return clusterService.start(t, opts)
+}
+
+// clusterService is how StartRedisCluster gets a Redis Cluster.
+var clusterService = service[*RedisCluster, RedisOption]{
+	run: func(ctx context.Context, opts []RedisOption) (*RedisCluster, error) {
+		return RunRedisCluster(ctx, opts...)
+	},
+	timeout:  hostRedisTimeout,
+	describe: func(c *RedisCluster) string { return fmt.Sprintf("Redis Cluster at %v", c.Addrs) },
 }
 
 // RunRedisCluster starts a Redis Cluster; ctx governs the start. The
 // caller must call Terminate; on error no container is left running.
 func RunRedisCluster(ctx context.Context, opts ...RedisOption) (*RedisCluster, error) {
-	cfg, image, err := hostRedisImage(ctx, "a Redis Cluster", opts)
+	ctr, ports, err := runHostRedis(ctx, "a Redis Cluster", opts, clusterPorts, clusterScript)
 	if err != nil {
 		return nil, err
 	}
-	ports, err := clusterPorts()
-	if err != nil {
-		return nil, err
+	c := &RedisCluster{Container: ctr, base: newBase("Redis Cluster", ctr)}
+	for _, p := range ports {
+		c.Addrs = append(c.Addrs, loopback(p))
 	}
-	var script strings.Builder
-	script.WriteString("set -e\ncd /data\n")
+	return c, nil
+}
+
+// clusterScript starts a node on each port and makes them a cluster.
+func clusterScript(w *strings.Builder, ports []int) {
 	var addrs []string
 	for _, p := range ports {
-		fmt.Fprintf(&script, "redis-server --port %d --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes-%d.conf "+
+		fmt.Fprintf(w, "redis-server --port %d --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes-%d.conf "+
 			"--cluster-node-timeout 2000 --cluster-announce-ip 127.0.0.1 --save '' --appendonly no "+
 			"--daemonize yes --logfile /data/%d.log --dir /data\n", p, p, p)
-		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		addrs = append(addrs, loopback(p))
 	}
 	for _, p := range ports {
-		fmt.Fprintf(&script, "until redis-cli -p %d ping >/dev/null 2>&1; do sleep 0.05; done\n", p)
+		fmt.Fprintf(w, "until redis-cli -p %d ping >/dev/null 2>&1; do sleep 0.05; done\n", p)
 	}
-	fmt.Fprintf(&script, "redis-cli --cluster create %s --cluster-yes >/data/create.log 2>&1\n", strings.Join(addrs, " "))
+	fmt.Fprintf(w, "redis-cli --cluster create %s --cluster-yes >/data/create.log 2>&1\n", strings.Join(addrs, " "))
 	for _, p := range ports {
-		fmt.Fprintf(&script, "until redis-cli -p %d cluster info | grep -q cluster_state:ok; do sleep 0.05; done\n", p)
+		fmt.Fprintf(w, "until redis-cli -p %d cluster info | grep -q cluster_state:ok; do sleep 0.05; done\n", p)
 	}
-	script.WriteString("echo 'tenantdbtest: cluster ready'\nexec sleep infinity\n")
-
-	ctr, err := runHostRedis(ctx, cfg, image, "a Redis Cluster", script.String(), "tenantdbtest: cluster ready")
-	if err != nil {
-		return nil, err
-	}
-	return &RedisCluster{Container: ctr, Addrs: addrs}, nil
 }
 
 // clusterPorts picks a port per node such that the port and its cluster bus
@@ -113,9 +107,4 @@ func clusterPorts() ([]int, error) {
 
 // Terminate stops and removes the container; only the first call does
 // anything.
-func (c *RedisCluster) Terminate(ctx context.Context) error {
-	if c == nil || c.Container == nil {
-		return nil
-	}
-	return c.term.do(ctx, c.Container, "Redis Cluster")
-}
+func (c *RedisCluster) Terminate(ctx context.Context) error { return terminate(ctx, c) }

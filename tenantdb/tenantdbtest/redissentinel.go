@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -33,74 +31,7 @@ type RedisSentinel struct {
 	// Container runs them all.
 	Container testcontainers.Container
 
-	term terminator
-}
-
-// StartRedisSentinel returns a Sentinel set-up for t, terminated when t
-// ends. It needs a local Docker daemon and fails t otherwise.
-func StartRedisSentinel(t testing.TB, opts ...RedisOption) *RedisSentinel {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	s, err := RunRedisSentinel(ctx, opts...)
-	if s != nil && s.Container != nil {
-		testcontainers.CleanupContainer(t, s.Container)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("tenantdbtest: Redis master %s, replicas %v, sentinels %v", s.MasterAddr, s.ReplicaAddrs, s.SentinelAddrs)
-	return s
-}
-
-// RunRedisSentinel starts a Sentinel set-up; ctx governs the start. The
-// caller must call Terminate; on error no container is left running.
-func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel, error) {
-	cfg, image, err := hostRedisImage(ctx, "Redis Sentinel", opts)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(6)
-	if err != nil {
-		return nil, err
-	}
-	addr := func(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
-	m, replicas, sentinels := ports[0], ports[1:3], ports[3:]
-	var sb strings.Builder
-	sb.WriteString("set -e\ncd /data\n")
-	server := "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile /data/%d.log " +
-		"--pidfile /data/%d.pid --dir /data"
-	fmt.Fprintf(&sb, server+"\n", m, m, m)
-	for _, r := range replicas {
-		fmt.Fprintf(&sb, server+" --replicaof 127.0.0.1 %d --replica-announce-ip 127.0.0.1\n", r, r, r, m)
-	}
-	for _, r := range replicas {
-		fmt.Fprintf(&sb, "until redis-cli -p %d info replication | grep -q master_link_status:up; do sleep 0.05; done\n", r)
-	}
-	for _, s := range sentinels {
-		fmt.Fprintf(&sb, "printf 'port %d\\nbind 127.0.0.1\\nsentinel announce-ip 127.0.0.1\\nsentinel monitor %s 127.0.0.1 %d 2\\n"+
-			"sentinel down-after-milliseconds %s 1000\\nsentinel failover-timeout %s 3000\\n' > /data/sentinel-%d.conf\n",
-			s, SentinelMaster, m, SentinelMaster, SentinelMaster, s)
-		fmt.Fprintf(&sb, "redis-server /data/sentinel-%d.conf --sentinel --daemonize yes --logfile /data/sentinel-%d.log\n", s, s)
-	}
-	for _, s := range sentinels {
-		fmt.Fprintf(&sb, "until redis-cli -p %d info sentinel | grep -q 'status=ok,.*slaves=2,sentinels=3'; do sleep 0.05; done\n", s)
-	}
-	sb.WriteString("echo 'tenantdbtest: sentinel ready'\nexec sleep infinity\n")
-
-	ctr, err := runHostRedis(ctx, cfg, image, "Redis Sentinel", sb.String(), "tenantdbtest: sentinel ready")
-	if err != nil {
-		return nil, err
-	}
-	s := &RedisSentinel{MasterName: SentinelMaster, MasterAddr: addr(m)}
-	for _, r := range replicas {
-		s.ReplicaAddrs = append(s.ReplicaAddrs, addr(r))
-	}
-	for _, p := range sentinels {
-		s.SentinelAddrs = append(s.SentinelAddrs, addr(p))
-	}
-	s.Container = ctr
-	return s, nil
+	base
 }
 
 // Failover asks a sentinel to fail the master over to a replica at once
@@ -157,6 +88,71 @@ func (s *RedisSentinel) signal(ctx context.Context, addr string, freeze bool) er
 	return nil
 }
 
+// StartRedisSentinel returns a Sentinel set-up for t, terminated when t
+// ends. It needs a local Docker daemon and fails t otherwise.
+func StartRedisSentinel(t testing.TB, opts ...RedisOption) *RedisSentinel {
+	t.Helper()
+	return sentinelService.start(t, opts)
+}
+
+// RunRedisSentinel starts a Sentinel set-up; ctx governs the start. The
+// caller must call Terminate; on error no container is left running.
+func RunRedisSentinel(ctx context.Context, opts ...RedisOption) (*RedisSentinel, error) {
+	pick := func() ([]int, error) { return freePorts(6) }
+	ctr, ports, err := runHostRedis(ctx, "Redis Sentinel", opts, pick, sentinelScript)
+	if err != nil {
+		return nil, err
+	}
+	s := &RedisSentinel{
+		MasterName: SentinelMaster,
+		MasterAddr: loopback(ports[0]),
+		Container:  ctr,
+		base:       newBase("Redis Sentinel", ctr),
+	}
+	for _, p := range ports[1:3] {
+		s.ReplicaAddrs = append(s.ReplicaAddrs, loopback(p))
+	}
+	for _, p := range ports[3:] {
+		s.SentinelAddrs = append(s.SentinelAddrs, loopback(p))
+	}
+	return s, nil
+}
+
+// sentinelService is how StartRedisSentinel gets a Sentinel set-up.
+var sentinelService = service[*RedisSentinel, RedisOption]{
+	run: func(ctx context.Context, opts []RedisOption) (*RedisSentinel, error) {
+		return RunRedisSentinel(ctx, opts...)
+	},
+	timeout: hostRedisTimeout,
+	describe: func(s *RedisSentinel) string {
+		return fmt.Sprintf("Redis master %s, replicas %v, sentinels %v", s.MasterAddr, s.ReplicaAddrs, s.SentinelAddrs)
+	},
+}
+
+// sentinelScript starts a master on ports[0], its replicas on ports[1:3]
+// and a sentinel on each further port.
+func sentinelScript(w *strings.Builder, ports []int) {
+	m, replicas, sentinels := ports[0], ports[1:3], ports[3:]
+	server := "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --logfile /data/%d.log " +
+		"--pidfile /data/%d.pid --dir /data"
+	fmt.Fprintf(w, server+"\n", m, m, m)
+	for _, r := range replicas {
+		fmt.Fprintf(w, server+" --replicaof 127.0.0.1 %d --replica-announce-ip 127.0.0.1\n", r, r, r, m)
+	}
+	for _, r := range replicas {
+		fmt.Fprintf(w, "until redis-cli -p %d info replication | grep -q master_link_status:up; do sleep 0.05; done\n", r)
+	}
+	for _, s := range sentinels {
+		fmt.Fprintf(w, "printf 'port %d\\nbind 127.0.0.1\\nsentinel announce-ip 127.0.0.1\\nsentinel monitor %s 127.0.0.1 %d 2\\n"+
+			"sentinel down-after-milliseconds %s 1000\\nsentinel failover-timeout %s 3000\\n' > /data/sentinel-%d.conf\n",
+			s, SentinelMaster, m, SentinelMaster, SentinelMaster, s)
+		fmt.Fprintf(w, "redis-server /data/sentinel-%d.conf --sentinel --daemonize yes --logfile /data/sentinel-%d.log\n", s, s)
+	}
+	for _, s := range sentinels {
+		fmt.Fprintf(w, "until redis-cli -p %d info sentinel | grep -q 'status=ok,.*slaves=2,sentinels=3'; do sleep 0.05; done\n", s)
+	}
+}
+
 // freePorts picks n ports free now on 127.0.0.1.
 func freePorts(n int) ([]int, error) {
 	var ports []int
@@ -173,9 +169,4 @@ func freePorts(n int) ([]int, error) {
 
 // Terminate stops and removes the container; only the first call does
 // anything.
-func (s *RedisSentinel) Terminate(ctx context.Context) error {
-	if s == nil || s.Container == nil {
-		return nil
-	}
-	return s.term.do(ctx, s.Container, "Redis Sentinel")
-}
+func (s *RedisSentinel) Terminate(ctx context.Context) error { return terminate(ctx, s) }

@@ -12,9 +12,14 @@ import (
 // an environment variable, there is no container and each method returns
 // ErrNoContainer.
 type server struct {
-	what      string                   // "PostgreSQL", "Redis": for errors
-	envVar    string                   // the variable that names an existing server
-	container testcontainers.Container // nil for an existing server
+	base          // the container, nil for an existing server
+	envVar string // the variable that names an existing server
+}
+
+// newServer is the fault injection of c, or of an existing server when c is
+// nil.
+func newServer[C testcontainers.Container](what, envVar string, c C) server {
+	return server{base: newBase(what, c), envVar: envVar}
 }
 
 // Stop stops the container, keeping its data and host port: connections fail
@@ -22,10 +27,10 @@ type server struct {
 // back); Redis saves its data set on the way down. ctx governs the Docker
 // request.
 func (s *server) Stop(ctx context.Context) error {
-	if s.container == nil {
+	if s.ctr == nil {
 		return s.noContainer()
 	}
-	if err := s.container.Stop(ctx, nil); err != nil {
+	if err := s.ctr.Stop(ctx, nil); err != nil {
 		return fmt.Errorf("tenantdbtest: stop %s: %w", s.what, err)
 	}
 	return nil
@@ -34,10 +39,10 @@ func (s *server) Stop(ctx context.Context) error {
 // Start starts a stopped container again and waits until the server answers
 // at the same address; ctx governs the start and the wait.
 func (s *server) Start(ctx context.Context) error {
-	if s.container == nil {
+	if s.ctr == nil {
 		return s.noContainer()
 	}
-	if err := s.container.Start(ctx); err != nil {
+	if err := s.ctr.Start(ctx); err != nil {
 		return fmt.Errorf("tenantdbtest: start %s again: %w", s.what, err)
 	}
 	return nil
@@ -64,10 +69,10 @@ func (s *server) Unpause(ctx context.Context) error {
 }
 
 func (s *server) setPaused(ctx context.Context, pause bool) error {
-	if s.container == nil {
+	if s.ctr == nil {
 		return s.noContainer()
 	}
-	if err := setPaused(ctx, s.container, pause); err != nil {
+	if err := setPaused(ctx, s.ctr, pause); err != nil {
 		verb := "unpause"
 		if pause {
 			verb = "pause"

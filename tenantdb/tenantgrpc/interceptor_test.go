@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenantdb/tenantdb/internal/poll"
 	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantgrpc"
 )
@@ -123,13 +124,7 @@ func (e *env) checkAsync(ctx context.Context, service string) <-chan error {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, time.Millisecond, what, cond)
 }
 
 func (e *env) inUse(id string, n int) func() bool {

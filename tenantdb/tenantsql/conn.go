@@ -135,27 +135,31 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if err := cn.ready(ctx); err != nil {
-		return nil, err
-	}
-	if cn.local != "" && cn.idle() {
-		res, err := cn.execLocal(ctx, query, args)
-		return res, cn.wrap(err)
-	}
-	res, err := cn.pg.ExecContext(ctx, query, args)
-	return res, cn.wrap(err)
+	return statement(ctx, cn, query, args, (*conn).execLocal, (*stdlib.Conn).ExecContext)
 }
 
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return statement(ctx, cn, query, args, (*conn).queryLocal, (*stdlib.Conn).QueryContext)
+}
+
+// statement runs query on cn once it is ready: with local, which sets the
+// tenant's ScopeTransaction values first, when cn has them and is outside a
+// transaction; with plain, stdlib's, otherwise. Its error is wrapped.
+func statement[R any](ctx context.Context, cn *conn, query string, args []driver.NamedValue,
+	local func(*conn, context.Context, string, []driver.NamedValue) (R, error),
+	plain func(*stdlib.Conn, context.Context, string, []driver.NamedValue) (R, error)) (R, error) {
 	if err := cn.ready(ctx); err != nil {
-		return nil, err
+		var zero R
+		return zero, err
 	}
+	var r R
+	var err error
 	if cn.local != "" && cn.idle() {
-		rows, err := cn.queryLocal(ctx, query, args)
-		return rows, cn.wrap(err)
+		r, err = local(cn, ctx, query, args)
+	} else {
+		r, err = plain(cn.pg, ctx, query, args)
 	}
-	rows, err := cn.pg.QueryContext(ctx, query, args)
-	return rows, cn.wrap(err)
+	return r, cn.wrap(err)
 }
 
 // Ping checks the server. On a connection without a tenant it is

@@ -3,15 +3,13 @@ package tenantsql_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"net/url"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenantdb/tenantdb/internal/pgtest"
+	"github.com/tenantdb/tenantdb/internal/testmain"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
@@ -20,27 +18,7 @@ import (
 // sharedPG is one PostgreSQL container for every test of the package.
 var sharedPG *tenantdbtest.Postgres
 
-func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	pg, err := tenantdbtest.RunPostgres(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sharedPG = pg
-	code := m.Run()
-	if err := pg.Terminate(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		if err := tenantdbtest.FindLeaks(); err != nil {
-			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testmain.RunWithPostgres(m, &sharedPG) }
 
 func as(tenant string) context.Context { return tenantdb.WithTenant(context.Background(), tenant) }
 
@@ -88,16 +66,11 @@ func assertReleased(t testing.TB, p *tenantdb.Pool, tenant string) {
 	eventually(t, "no shared connection is acquired", func() bool { return p.Stat().AcquiredConns() == 0 })
 }
 
-// eventually polls cond until it holds; the deadline matters only on failure.
+// eventually is tenantdbtest.Eventually with a minute's deadline, which
+// matters only on failure.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	tenantdbtest.Eventually(t, time.Minute, what, cond)
 }
 
 // rlsRole is a role without SUPERUSER or BYPASSRLS: row-level security
@@ -109,18 +82,7 @@ const rlsRole = "tenantsql_rls_app"
 // SECURITY) and returns a DSN for rlsRole.
 func setupRLS(t testing.TB) string {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, `
-do $$ begin
-	if not exists (select from pg_roles where rolname = '`+rlsRole+`') then
-		create role `+rlsRole+` login password 'app' nosuperuser nobypassrls;
-	end if;
-end $$;
+	return pgtest.AppRole(t, sharedPG.DSN, rlsRole, `
 drop table if exists docs;
 create table docs (id bigserial primary key, tenant text not null default current_setting('app.tenant_id', true), body text not null);
 alter table docs enable row level security;
@@ -132,15 +94,6 @@ grant select, insert, update, delete on docs to `+rlsRole+`;
 grant usage on sequence docs_id_seq to `+rlsRole+`;
 insert into docs (tenant, body) values ('a', 'a1'), ('a', 'a2'), ('b', 'b1');
 `)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(rlsRole, "app")
-	return u.String()
 }
 
 // rlsSession sets app.tenant_id for the policy of setupRLS.

@@ -1,73 +1,41 @@
 package tenantsql_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tenantdb/tenantdb/internal/doctest"
 )
 
-// readmeSection is the README heading whose Go blocks
+// readmeSection is the documentation heading whose Go blocks
 // TestReadmeDatabaseSQLCompiles builds.
 const readmeSection = "## database/sql (GORM, sqlx, bun, goose)"
 
-// TestReadmeDatabaseSQLCompiles builds every Go block of the README's
+// TestReadmeDatabaseSQLCompiles builds every Go block of the documented
 // database/sql section as the package it claims to be, one package per
 // block, so that the snippets a user copies for GORM, sqlx, bun and goose
-// compile against the API as it is. The blocks are laid into the module
-// through a build overlay (nothing is written into the source tree), so they
-// build offline with the module's own go.mod.
+// compile against the API as it is.
 func TestReadmeDatabaseSQLCompiles(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := goBlocks(t, string(readme), readmeSection)
+	blocks := doctest.GoBlocks(t, doctest.Section(t, readmeSection))
 	if len(blocks) < 4 {
-		t.Fatalf("the README's database/sql section has %d Go blocks; want one per library (GORM, sqlx, bun, goose)", len(blocks))
+		t.Fatalf("the database/sql section has %d Go blocks; want one per library (GORM, sqlx, bun, goose)", len(blocks))
 	}
 	for _, lib := range []string{"gorm.io/gorm", "github.com/jmoiron/sqlx", "github.com/uptrace/bun", "github.com/pressly/goose/v3"} {
 		if !strings.Contains(strings.Join(blocks, "\n"), `"`+lib+`"`) {
-			t.Errorf("no Go block of the README's database/sql section imports %s", lib)
+			t.Errorf("no Go block of the database/sql section imports %s", lib)
 		}
 	}
-
-	dir := t.TempDir()
-	replace := map[string]string{}
-	var pkgs []string
+	files := map[string]string{}
 	for i, src := range blocks {
 		if !strings.HasPrefix(src, "package ") {
 			t.Fatalf("Go block %d of the database/sql section must be a complete file starting with \"package\"; it starts with %.40q", i+1, src)
 		}
-		file := filepath.Join(dir, fmt.Sprintf("block%d.go", i+1))
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		pkg := fmt.Sprintf("tenantdb/tenantsql/internal/readme%d", i+1)
-		replace[filepath.Join(root, pkg, "example.go")] = file
-		pkgs = append(pkgs, "./"+pkg)
+		files[fmt.Sprintf("tenantdb/tenantsql/internal/readme%d/example.go", i+1)] = src
 	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlayFile := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(overlayFile, overlay, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(goTool(t), append([]string{"build", "-overlay=" + overlayFile, "-o", os.DevNull}, pkgs...)...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOPROXY=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's database/sql snippets do not compile: %v\n%s", err, out)
-	}
+	doctest.Build(t, "the database/sql snippets", files)
 }
 
 // TestNoORMLinked checks that package tenantsql, and so a program that uses
@@ -88,31 +56,6 @@ func TestNoORMLinked(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "github.com/jackc/pgx/v5/stdlib\n") {
 		t.Fatalf("go list -deps does not show pgx's stdlib; the check reads the wrong output:\n%s", out)
-	}
-}
-
-// goBlocks returns the ```go blocks under heading, up to the next "## ".
-func goBlocks(t *testing.T, readme, heading string) []string {
-	t.Helper()
-	_, section, ok := strings.Cut(readme, "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no %q section", heading)
-	}
-	if next := strings.Index(section, "\n## "); next >= 0 {
-		section = section[:next]
-	}
-	var blocks []string
-	for {
-		var code string
-		_, code, ok = strings.Cut(section, "\n```go\n")
-		if !ok {
-			return blocks
-		}
-		code, section, ok = strings.Cut(code, "\n```\n")
-		if !ok {
-			t.Fatal("a Go block of the README's database/sql section is not closed")
-		}
-		blocks = append(blocks, code+"\n")
 	}
 }
 
