@@ -146,6 +146,7 @@ type adaptiveLimit struct {
 	// probe, 0 if none; growth waits wait more windows before trying it
 	// again, and backoff is the wait after the next failed try.
 	ceiling, wait, backoff int
+	cutHold                int64 // ns: the shortest hold of the window last cut
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
 	peak                   int   // most permits held at once in the window
@@ -235,11 +236,14 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// Inflated at a limit of one: nothing to cut, and with no other
 		// permit of its own running, the hold is what one of this tenant's
 		// queries takes now (other tenants or the machine are slower). It
-		// becomes the baseline, as a probe's window would. The cuts that
-		// brought the tenant here were the same outside slowdown, not its
-		// own concurrency: their ceiling goes, and slow start resumes.
+		// becomes the baseline, as a probe's window would. If it is about
+		// as long as the holds of the window last cut, the tenant's own
+		// concurrency did not cause that inflation (others' load did): the
+		// ceiling goes, and slow start resumes.
 		a.baseline, a.measured, a.baseLimit = a.winMin, now, old
-		a.ceiling, a.wait, a.backoff, a.slowStart = 0, 0, 0, true
+		if a.ceiling > 0 && float64(a.winMin)*cfg.Tolerance >= float64(a.cutHold) {
+			a.ceiling, a.wait, a.backoff, a.slowStart = 0, 0, 0, true
+		}
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
@@ -301,6 +305,7 @@ func (a *adaptiveLimit) grow(cap int) {
 // longer backoff if it was the ceiling already.
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
+	a.cutHold = a.winMin
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
 	a.limit = max(floor, min(old-1, max(want, old/2)))
 	a.slowStart = false
