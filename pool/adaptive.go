@@ -65,9 +65,9 @@ const (
 	maxBackoff   = 64
 
 	// minInflatedSamples is the fewest holds, all inflated, on which a
-	// window is judged inflated: a window of one or two (at a limit of one
-	// or two) would take a tenant's few slow holds, which other tenants'
-	// load causes, for queueing of its own, and hold it at its floor.
+	// window above a limit of one is judged inflated: a window of one or two
+	// would take a tenant's few slow holds, which other tenants' load
+	// causes, for queueing of its own, and cut it.
 	minInflatedSamples = 3
 )
 
@@ -146,6 +146,7 @@ type adaptiveLimit struct {
 	// probe, 0 if none; growth waits wait more windows before trying it
 	// again, and backoff is the wait after the next failed try.
 	ceiling, wait, backoff int
+	cutHold                int64 // ns: the shortest hold of the window last cut
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
 	peak                   int   // most permits held at once in the window
@@ -219,10 +220,11 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.baseline, a.measured, a.baseLimit, stale = a.winMin, now, old, false
 	}
 	tolerated := a.tolerated(cfg)
-	if !stale && a.winMin > tolerated && a.n < minInflatedSamples {
+	if !stale && a.winMin > tolerated && a.n < minInflatedSamples && old > 1 {
 		// Too few samples to call the holds inflated: one or two slow
 		// holds happen to any tenant on a busy database. The window goes
 		// on until a hold within tolerance or minInflatedSamples of them.
+		// At a limit of one nothing is cut (see below): one hold will do.
 		return old
 	}
 	switch {
@@ -234,8 +236,14 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// Inflated at a limit of one: nothing to cut, and with no other
 		// permit of its own running, the hold is what one of this tenant's
 		// queries takes now (other tenants or the machine are slower). It
-		// becomes the baseline, as a probe's window would.
+		// becomes the baseline, as a probe's window would. If it is about
+		// as long as the holds of the window last cut, the tenant's own
+		// concurrency did not cause that inflation (others' load did): the
+		// ceiling goes, and slow start resumes.
 		a.baseline, a.measured, a.baseLimit = a.winMin, now, old
+		if a.ceiling > 0 && float64(a.winMin)*cfg.Tolerance >= float64(a.cutHold) {
+			a.ceiling, a.wait, a.backoff, a.slowStart = 0, 0, 0, true
+		}
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
@@ -297,6 +305,7 @@ func (a *adaptiveLimit) grow(cap int) {
 // longer backoff if it was the ceiling already.
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
+	a.cutHold = a.winMin
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
 	a.limit = max(floor, min(old-1, max(want, old/2)))
 	a.slowStart = false

@@ -582,3 +582,39 @@ func TestAdaptiveLimitKeepsPermitsThatStillAddThroughput(t *testing.T) {
 		t.Fatalf("alone on the core: limits %v, want 1", limits)
 	}
 }
+
+// TestAdaptiveLimitRecoversFromOutsideSlowdownAtOnce: others' load slows a
+// tenant's holds twentyfold in spells, with a moment of fast holds between
+// them (the others' scans finish and start again), as a quiet tenant's
+// reads beside a noisy tenant's bursts of scans. Each fast moment lowers the
+// baseline and the next spell cuts the tenant to one; a hold inflated at one,
+// with none of its own beside it, shows that its own concurrency did not
+// cause the inflation, so the ceiling that cut left is dropped and slow
+// start resumes. Without that the ceilings and their growing backoff kept
+// it far below its cap for most of every spell, and its requests queued
+// at its own gate.
+func TestAdaptiveLimitRecoversFromOutsideSlowdownAtOnce(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
+	var limits []int
+	for range 10 {
+		var spell []int
+		spell, now = simulate(a, cfg, 1, 10, 20, now, waitingType(20*time.Millisecond))
+		limits = append(limits, spell...)
+		_, now = simulate(a, cfg, 1, 10, 1, now, waitingType(time.Millisecond))
+	}
+	high := 0
+	for _, l := range limits {
+		if l >= 8 {
+			high++
+		}
+	}
+	if !slices.Contains(limits, 1) {
+		t.Fatalf("limits %v: the slowdown was never taken for queueing (the test shows nothing)", limits)
+	}
+	if share := float64(high) / float64(len(limits)); share < 0.6 {
+		t.Fatalf("limit at 8 or more in %.0f%% of the slow rounds, want at least 60%%; %v", 100*share, limits)
+	}
+}
