@@ -146,7 +146,7 @@ type adaptiveLimit struct {
 	// probe, 0 if none; growth waits wait more windows before trying it
 	// again, and backoff is the wait after the next failed try.
 	ceiling, wait, backoff int
-	cutHold                int64 // ns: the shortest hold of the window last cut
+	cutHold                int64 // ns: the shortest hold of the window last cut, 0 if none
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
 	peak                   int   // most permits held at once in the window
@@ -305,13 +305,13 @@ func (a *adaptiveLimit) grow(cap int) {
 // longer backoff if it was the ceiling already.
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
-	a.cutHold = a.winMin
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
 	a.limit = max(floor, min(old-1, max(want, old/2)))
 	a.slowStart = false
 	if a.limit == old {
 		return
 	}
+	a.cutHold = a.winMin
 	if a.ceiling > 0 && old >= a.ceiling {
 		a.backoff = min(maxBackoff, 4*a.backoff) // the ceiling was tried again and inflated again
 	} else {

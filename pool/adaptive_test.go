@@ -539,19 +539,27 @@ func TestAdaptiveLimitWaitingTypeFromTheDefaultFloor(t *testing.T) {
 	}
 }
 
+// atCapOnFastWork returns a controller (cap 10, floor 1, no probes) that
+// waiting-type work of 1 ms brought to its cap, its config, and the clock.
+func atCapOnFastWork(t *testing.T) (Adaptive, *adaptiveLimit, int64) {
+	t.Helper()
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
+	if a.limit != 10 {
+		t.Fatalf("limit %d on fast waiting-type work, want the cap", a.limit)
+	}
+	return cfg, a, now
+}
+
 // TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline: a tenant's holds
 // grow twentyfold because of others (its own concurrency plays no part): it
 // is cut to one, and a hold at one, with none of its own beside it, becomes
 // the baseline, so it grows back to its cap without waiting for a probe
 // instead of queueing every request behind one at a time.
 func TestAdaptiveLimitAtOneTakesOutsideSlowdownAsTheBaseline(t *testing.T) {
-	cfg := adaptiveDefaults(t)
-	cfg.ProbeInterval = time.Hour
-	a := newAdaptiveLimit(1, 1)
-	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
-	if a.limit != 10 {
-		t.Fatalf("limit %d before the slowdown, want the cap", a.limit)
-	}
+	cfg, a, now := atCapOnFastWork(t)
 	limits, _ := simulate(a, cfg, 1, 10, 40, now, waitingType(20*time.Millisecond))
 	if !slices.Contains(limits, 1) {
 		t.Fatalf("limits %v: the slowdown was never taken for queueing (the test shows nothing)", limits)
@@ -594,10 +602,7 @@ func TestAdaptiveLimitKeepsPermitsThatStillAddThroughput(t *testing.T) {
 // it far below its cap for most of every spell, and its requests queued
 // at its own gate.
 func TestAdaptiveLimitRecoversFromOutsideSlowdownAtOnce(t *testing.T) {
-	cfg := adaptiveDefaults(t)
-	cfg.ProbeInterval = time.Hour
-	a := newAdaptiveLimit(1, 1)
-	_, now := simulate(a, cfg, 1, 10, 10, 1, waitingType(time.Millisecond))
+	cfg, a, now := atCapOnFastWork(t)
 	var limits []int
 	for range 10 {
 		var spell []int
@@ -616,5 +621,35 @@ func TestAdaptiveLimitRecoversFromOutsideSlowdownAtOnce(t *testing.T) {
 	}
 	if share := float64(high) / float64(len(limits)); share < 0.6 {
 		t.Fatalf("limit at 8 or more in %.0f%% of the slow rounds, want at least 60%%; %v", 100*share, limits)
+	}
+}
+
+// TestAdaptiveLimitKeepsItsCeilingWhenItsOwnConcurrencyInflates: a
+// CPU-bound tenant alone on one core (n at once take n times as long) whose
+// core is also slowed twofold by others in spells, with a moment at full
+// speed between them. Each spell inflates its hold at one, but its holds at
+// two, when it was cut, were twice as long again: its own concurrency
+// inflated them, so the ceiling and its backoff stay, and it tries two as
+// rarely as without the spells.
+func TestAdaptiveLimitKeepsItsCeilingWhenItsOwnConcurrencyInflates(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	_, now := simulate(a, cfg, 1, 10, 100, 1, cpuBound(300*time.Millisecond))
+	var limits []int
+	for range 20 {
+		var spell []int
+		spell, now = simulate(a, cfg, 1, 10, 10, now, cpuBound(600*time.Millisecond))
+		limits = append(limits, spell...)
+		_, now = simulate(a, cfg, 1, 10, 1, now, cpuBound(300*time.Millisecond))
+	}
+	above := 0
+	for _, l := range limits {
+		if l > 1 {
+			above++
+		}
+	}
+	if share := float64(above) / float64(len(limits)); share > 0.1 {
+		t.Fatalf("limit above 1 in %.0f%% of the slow rounds, want at most 10%%; %v", 100*share, limits)
 	}
 }
