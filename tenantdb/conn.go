@@ -59,6 +59,7 @@ func (c Conn) Hijack() *pgx.Conn {
 	c.h.guard.stop()
 	conn := c.h.conn.Hijack() // a later Release of c is then a no-op for pgxpool
 	c.h.permit.Release()
+	c.h.db.done() // the connection stays counted in the budget until it is closed
 	return conn
 }
 
