@@ -41,11 +41,6 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	local, err := slot.LocalSettings()
-	if err != nil {
-		slot.Release()
-		return err
-	}
 	pgc := cn.c.pg
 	if pg := slot.Pgxpool(); pg != cn.c.p.Pgxpool() { // Config.Database: the tenant's database
 		pgc = stdlib.GetPoolConnector(pg, cn.c.stdlibOpts...)
@@ -57,6 +52,13 @@ func (cn *conn) bind(ctx context.Context) error {
 	}
 	pg := dc.(*stdlib.Conn)
 	slot.Attach(pg.Conn().PgConn())
+	local, err := slot.LocalSettings()
+	if err != nil {
+		slot.Detach()
+		_ = pg.Close()
+		slot.Release()
+		return err
+	}
 	cn.slot, cn.pg, cn.local = slot, pg, local
 	return nil
 }
