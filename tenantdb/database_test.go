@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
@@ -118,6 +119,9 @@ func (s *perTenant) pool(t *testing.T, budget int32, cfg tenantdb.Config) *tenan
 	}
 	pcfg.MaxConns = budget
 	pcfg.ConnConfig.RuntimeParams["application_name"] = ourApp
+	if cfg.Session.Scope == tenantdb.ScopeTransaction {
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	cfg.Database = tenantDB
 	p, err := tenantdb.New(context.Background(), pcfg, cfg)
 	if err != nil {
@@ -559,4 +563,22 @@ func (g *loginGate) serve(c net.Conn, target, database string) {
 	io.Copy(server, c)
 	server.Close()
 	<-done
+}
+
+func TestDatabaseConfigRefused(t *testing.T) {
+	for name, tune := range map[string]func(*pgxpool.Config, *tenantdb.Config){
+		"MinConns":     func(c *pgxpool.Config, _ *tenantdb.Config) { c.MinConns = 1 },
+		"MinIdleConns": func(c *pgxpool.Config, _ *tenantdb.Config) { c.MinIdleConns = 1 },
+		"MaxDatabases": func(_ *pgxpool.Config, c *tenantdb.Config) { c.MaxDatabases = -1 },
+	} {
+		pcfg, cfg := lazyConfig(t, 4), tenantdb.Config{Database: tenantDB}
+		tune(pcfg, &cfg)
+		p, err := tenantdb.New(context.Background(), pcfg, cfg)
+		if !errors.Is(err, pool.ErrInvalidConfig) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig naming it", name, err)
+		}
+		if p != nil {
+			p.Close()
+		}
+	}
 }
