@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -75,7 +76,11 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 			pgxCfg.ConnConfig.Tracer = qt
 		}
 	}
-	session := &sessionSetup{cfg: cfg.Session}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	session := &sessionSetup{cfg: cfg.Session, logger: logger}
 	session.install(pgxCfg)
 	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
 	if err != nil {
@@ -168,7 +173,7 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
 	conns := make([]Conn, len(idle))
 	for i, c := range idle {
-		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}} // the zero Permit's Release does nothing
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}, ref: newLiveRef()} // the zero Permit's Release does nothing
 	}
 	return conns
 }

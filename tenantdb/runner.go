@@ -2,7 +2,6 @@ package tenantdb
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,11 +23,11 @@ func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, erro
 		return runner{conn: conn}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
-	exprs, err := s.values(tenant, true)
-	if err != nil || len(exprs) == 0 {
+	local, err := s.localStatement(tenant, conn.PgConn())
+	if err != nil {
 		return runner{conn: conn}, err
 	}
-	return runner{conn: conn, local: "select " + strings.Join(exprs, ", ")}, nil
+	return runner{conn: conn, local: local}, nil
 }
 
 // withLocal returns a batch that runs the tenant's setting and then sql.
