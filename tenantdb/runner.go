@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,11 +28,11 @@ func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, erro
 		return runner{conn: conn}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
-	exprs, err := s.values(tenant, true)
-	if err != nil || len(exprs) == 0 {
+	local, err := s.localStatement(tenant, conn.PgConn())
+	if err != nil {
 		return runner{conn: conn}, err
 	}
-	return runner{conn: conn, local: "select " + strings.Join(exprs, ", ")}, nil
+	return runner{conn: conn, local: local}, nil
 }
 
 // sets reports whether the next statement must carry the tenant's setting:

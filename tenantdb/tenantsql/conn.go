@@ -41,11 +41,6 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	local, err := slot.LocalSettings()
-	if err != nil {
-		slot.Release()
-		return err
-	}
 	dc, err := cn.c.pg.Connect(ctx)
 	if err != nil {
 		slot.Release()
@@ -53,6 +48,13 @@ func (cn *conn) bind(ctx context.Context) error {
 	}
 	pg := dc.(*stdlib.Conn)
 	slot.Attach(pg.Conn().PgConn())
+	local, err := slot.LocalSettings()
+	if err != nil {
+		slot.Detach()
+		_ = pg.Close()
+		slot.Release()
+		return err
+	}
 	cn.slot, cn.pg, cn.local = slot, pg, local
 	return nil
 }
