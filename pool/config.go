@@ -88,6 +88,16 @@ type Config struct {
 	// LookupTTL is how long a Lookup answer is used. Default 1 minute.
 	LookupTTL time.Duration
 
+	// LookupErrorTTL is how long a tenant's Lookup failure (its error, an
+	// unknown plan, an override out of range) is returned to that tenant's
+	// requests without asking Lookup again, so that a flood of requests for
+	// an unknown tenant reaches the store behind Lookup once per
+	// LookupErrorTTL, not once per request. Each request gets the same error.
+	// A request whose own context ended during Lookup caches nothing; other
+	// tenants are not affected; InvalidateTenant forgets a failure. Default
+	// 1 second.
+	LookupErrorTTL time.Duration
+
 	// IdleTTL is how long a tenant with nothing in use or waiting is tracked
 	// before its state (counters, cached Lookup answer, reservation) is
 	// removed. Removal happens lazily on later requests and on EvictIdle
@@ -157,6 +167,7 @@ type Config struct {
 const (
 	defaultPlanName       = "default"
 	defaultLookupTTL      = time.Minute
+	defaultLookupErrorTTL = time.Second
 	defaultIdleTTL        = 5 * time.Minute
 	defaultMaxTenants     = 100_000
 	defaultMaxTenantIDLen = 128
@@ -204,6 +215,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 		def  time.Duration
 	}{
 		{"LookupTTL", &c.LookupTTL, defaultLookupTTL},
+		{"LookupErrorTTL", &c.LookupErrorTTL, defaultLookupErrorTTL},
 		{"IdleTTL", &c.IdleTTL, defaultIdleTTL},
 		{"MaxRetryAfter", &c.MaxRetryAfter, defaultMaxRetryAfter},
 	} {
