@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
 // commitTimeout bounds the COMMIT sent when a query's rows are closed, which
@@ -25,7 +27,7 @@ func (cn *conn) execLocal(ctx context.Context, query string, args []driver.Named
 	var tag pgconn.CommandTag
 	var err error
 	if len(args) == 0 {
-		tag, err = c.Exec(ctx, cn.local+";\n"+query)
+		tag, err = c.Exec(ctx, tenantdb.WithLocalSettings(query, cn.local))
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(cn.local)
