@@ -97,11 +97,17 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	if err := cn.ready(ctx); err != nil {
 		return nil, err
 	}
+	if cn.local != "" && cn.idle() {
+		// Parsed now, outside a transaction, the statement would resolve
+		// its names before the tenant's search_path is set: it is sent
+		// with its arguments, in each call's transaction, instead.
+		return &localStmt{cn: cn, query: query}, nil
+	}
 	st, err := cn.pg.PrepareContext(ctx, query)
 	if err != nil || cn.local == "" {
 		return st, cn.wrap(err)
 	}
-	return &localStmt{Stmt: st.(*stdlib.Stmt), cn: cn, query: query}, nil
+	return &localStmt{st: st.(*stdlib.Stmt), cn: cn, query: query}, nil
 }
 
 // Close returns the shared connection to the pgxpool and the slot to the
