@@ -152,6 +152,21 @@ type Config struct {
 	// Default: none, at no cost. Read by tenantdb.New; see tenantdb.Session.
 	Session Session
 
+	// Database, when set, names the database each tenant's statements run
+	// in, on the server of the pgxpool.Config given to tenantdb.New. That
+	// config is then the template of every database's connections, and its
+	// MaxConns the budget of server connections for all databases together.
+	// Its errors and panics, and a name that is empty, longer than 63 bytes
+	// or holds a NUL byte, fail the tenant's call. Default nil: one
+	// database, the config's own. Read by tenantdb.New; see tenantdb.Pool.
+	Database func(tenantID string) (string, error)
+
+	// MaxDatabases bounds how many databases a tenantdb.Pool with Database
+	// keeps a pool of connections for. At the bound, the longest-unused one
+	// with no call in flight is dropped, with its idle connections. Default
+	// 10,000.
+	MaxDatabases int
+
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, tenantdb.New checks that that many tenants at
 	// the default plan's cap fit in Capacity and logs a warning if not;
