@@ -28,6 +28,7 @@ type Gate struct {
 	plans         map[string]*planState // guarded by mu: the plans in force (Config.Plans, then SetPlan)
 	defaultPlan   *planState            // guarded by mu
 	overrides     map[string]int        // guarded by mu: SetTenantLimit values
+	failed        failedLookups         // guarded by mu: recent Lookup failures
 	ring          fairRing              // guarded by mu
 	reserved      list[tenant]          // guarded by mu: tenants below their reservation with requests in globalQ
 	fresh, idle   list[tenant]          // guarded by mu
