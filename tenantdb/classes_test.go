@@ -1,0 +1,246 @@
+package tenantdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// Issue 27's experiment with durations scaled down: acme (cap 10) imports
+// 200 statements of 200 ms while its users send 50 reads of 20 ms over a
+// second; across tenants, five tenants' imports flood a saturated pool
+// beside a sixth tenant's reads.
+const (
+	importStatements = 200
+	importSleep      = 200 * time.Millisecond
+	readQueries      = 50
+	readSleep        = 20 * time.Millisecond
+	readSpread       = time.Second
+	acmeCap          = 10
+	batchCap         = 6
+)
+
+// classConfig is acme's: interactive work on DESIGN.md's standard plan (a
+// short bounded queue, so that a burst of arrivals on a loaded machine is not
+// turned away), imports in the batch class.
+func classConfig() tenantdb.Config {
+	return tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"standard": {MaxConns: acmeCap, MaxWaiting: 5, MaxWait: 100 * time.Millisecond}},
+		Classes: map[string]tenantdb.Class{
+			"batch": {MaxConns: batchCap, MaxShare: 0.75, MaxWaiting: 1000, MaxWait: time.Minute},
+		},
+	}
+}
+
+// reads sends readQueries reads as tenant, spread over readSpread, and
+// returns their latencies and how many failed with ErrOverLimit.
+func reads(t *testing.T, db execer, tenant string) (lat []time.Duration, rejected int) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range readQueries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := timed(db, tenant, readSleep)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				lat = append(lat, d)
+			case errors.Is(err, tenantdb.ErrOverLimit):
+				rejected++
+			default:
+				t.Errorf("read: %v", err)
+			}
+		}()
+		if i < readQueries-1 {
+			time.Sleep(readSpread / readQueries) // the arrival schedule, not synchronisation
+		}
+	}
+	wg.Wait()
+	return lat, rejected
+}
+
+// importFlood starts n statements of importSleep as tenant in ctx's class
+// and returns a func that waits for them and reports how many succeeded.
+func importFlood(t *testing.T, p *tenantdb.Pool, ctx context.Context, tenant string, n int) func() int {
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	ctx = tenantdb.WithTenant(ctx, tenant)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Exec(ctx, sleepSQL(tenant), importSleep.Seconds()); err != nil {
+				t.Errorf("import of %s: %v", tenant, err)
+				return
+			}
+			ok.Add(1)
+		}()
+	}
+	return func() int { wg.Wait(); return int(ok.Load()) }
+}
+
+func TestImportDoesNotTakeDownItsOwnTenantsUsers(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), warmConfig(t), classConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitWarm(t, p.Pgxpool().Stat)
+	reads(t, p, "acme") // the first statements on new backends are slower
+	unloadedLat, _ := reads(t, p, "acme")
+	unloaded := median(unloadedLat)
+
+	// The control: the same import without its class shares acme's cap with
+	// its users, whose reads queue behind it (the plan queues here, so they
+	// are not rejected).
+	ctrl, err := tenantdb.New(context.Background(), warmConfig(t), tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"standard": {MaxConns: acmeCap, MaxWaiting: 1000, MaxWait: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, ctrl.Pgxpool().Stat)
+	ctrlDone := importFlood(t, ctrl, context.Background(), "acme", importStatements/4)
+	eventually(t, "the control import holds acme's cap", func() bool { return ctrl.TenantStat("acme").InUse == acmeCap })
+	ctrlLat, _ := reads(t, ctrl, "acme")
+	ctrlDone()
+	ctrl.Close()
+
+	done := importFlood(t, p, tenantdb.WithClass(context.Background(), "batch"), "acme", importStatements)
+	eventually(t, "the import holds its class's cap", func() bool {
+		s := p.TenantStat("acme")
+		return len(s.Classes) == 2 && s.Classes[1].InUse == batchCap
+	})
+	before := p.TenantStat("acme").Classes[0]
+	lat, rejected := reads(t, p, "acme")
+	after := p.TenantStat("acme").Classes[0]
+	mostBatch := p.TenantStat("acme").Classes[1].InUse
+	imported := done()
+	t.Logf("acme's reads waited for a slot %v in all, %d of them", after.WaitTime-before.WaitTime, int(after.Acquired-before.Acquired))
+
+	ratio := float64(median(lat)) / float64(unloaded)
+	ctrlRatio := float64(median(ctrlLat)) / float64(unloaded)
+	t.Logf("acme's reads: unloaded p50 %v; beside its import without a class %v (%.1fx); with the batch class %v (%.2fx), %d rejected; import %d/%d done",
+		unloaded, median(ctrlLat), ctrlRatio, median(lat), ratio, rejected, imported, importStatements)
+	if ctrlRatio < 3 {
+		t.Errorf("without a class the reads' p50 is only %.1fx unloaded: the import does not load acme", ctrlRatio)
+	}
+	if ratio > 1.1 {
+		t.Errorf("with the batch class acme's reads' p50 is %.2fx unloaded, want at most 1.1x", ratio)
+	}
+	if rejected != 0 || imported != importStatements || mostBatch > batchCap {
+		t.Errorf("%d reads rejected (want 0), %d of %d imported, batch held %d of its cap %d",
+			rejected, imported, importStatements, mostBatch, batchCap)
+	}
+	assertNothingHeld(t, p)
+}
+
+func TestBatchFloodsOfFiveTenantsLeaveReadsAlone(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), warmConfig(t), classConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitWarm(t, p.Pgxpool().Stat)
+	reads(t, p, "reader") // the first statements on new backends are slower
+	unloadedLat, _ := reads(t, p, "reader")
+	unloaded := median(unloadedLat)
+
+	// 5 tenants x 6 batch = 30 wanted of 20 shared: batch stops at its
+	// share, 15, and the reads find free connections.
+	batch := tenantdb.WithClass(context.Background(), "batch")
+	const perTenant = 40
+	var waits []func() int
+	for i := range 5 {
+		waits = append(waits, importFlood(t, p, batch, fmt.Sprintf("importer%d", i), perTenant))
+	}
+	share := 15
+	eventually(t, "batch holds its share of the pool", func() bool { return p.Stat().Tenants.Classes[1].InUse == share })
+	var samples, sum atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // what batch holds while the reads run
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				samples.Add(1)
+				sum.Add(int64(p.Stat().Tenants.Classes[1].InUse))
+			}
+		}
+	}()
+	lat, rejected := reads(t, p, "reader")
+	close(stop)
+	<-sampled
+	var done []int
+	for _, w := range waits {
+		done = append(done, w())
+	}
+	batchShare := float64(sum.Load()) / float64(samples.Load()) / float64(p.Gate().Capacity())
+	ratio := float64(median(lat)) / float64(unloaded)
+	t.Logf("reader's reads: unloaded p50 %v, beside five batch floods %v (%.2fx), %d rejected; batch share of the pool while they ran %.2f; imports done %v",
+		unloaded, median(lat), ratio, rejected, batchShare, done)
+	if ratio > 1.1 {
+		t.Errorf("the reads' p50 is %.2fx unloaded beside the batch floods, want at most 1.1x", ratio)
+	}
+	if rejected != 0 {
+		t.Errorf("%d reads rejected", rejected)
+	}
+	if batchShare < 0.6 || batchShare > 0.75 {
+		t.Errorf("batch held %.2f of the pool on average, want near its MaxShare of 0.75 (neither starved nor above it)", batchShare)
+	}
+	for i, n := range done {
+		if n != perTenant {
+			t.Errorf("importer%d: %d of %d done", i, n, perTenant)
+		}
+	}
+	assertNothingHeld(t, p)
+}
+
+func TestClassBadInput(t *testing.T) {
+	// A class cap above a plan's cap, or a malformed name, fails New; an
+	// unknown or malformed class fails the call and holds nothing.
+	for _, tc := range []struct {
+		cfg  tenantdb.Config
+		want string
+	}{
+		{tenantdb.Config{Plans: map[string]tenantdb.Plan{"free": {MaxConns: 2}},
+			Classes: map[string]tenantdb.Class{"batch": {MaxConns: 6}}}, `MaxConns 6 is above plan "free"'s MaxConns 2`},
+		{tenantdb.Config{Classes: map[string]tenantdb.Class{"bulk load": {MaxConns: 1}}}, `class name "bulk load"`},
+	} {
+		_, err := tenantdb.New(context.Background(), pgxConfig(t, sharedPG, 10), tc.cfg)
+		if !errors.Is(err, pool.ErrInvalidConfig) || !strings.Contains(errString(err), tc.want) {
+			t.Errorf("New: err = %v, want ErrInvalidConfig saying %q", err, tc.want)
+		}
+	}
+	p := newPool(t, sharedPG, 4, tenantdb.Config{Classes: map[string]tenantdb.Class{"batch": {MaxConns: 1}}})
+	for _, name := range []string{"nope", "", "bad name"} {
+		ctx := tenantdb.WithClass(as("acme"), name)
+		if _, err := p.Exec(ctx, "select 1"); !errors.Is(err, tenantdb.ErrUnknownClass) {
+			t.Errorf("class %q: err = %v, want ErrUnknownClass", name, err)
+		}
+	}
+	if _, err := p.Exec(tenantdb.WithClass(as("acme"), "batch"), "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingHeld(t, p)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
