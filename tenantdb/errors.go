@@ -1,6 +1,10 @@
 package tenantdb
 
-import "github.com/tenantdb/tenantdb/pool"
+import (
+	"errors"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
 
 var (
 	// ErrOverLimit is matched by every *OverLimitError: the tenant was at its
@@ -19,3 +23,9 @@ var (
 // Its Tenant, Limit and RetryAfter fields say who, at what cap and when to come
 // back; WriteOverLimit turns it into HTTP 429 with Retry-After.
 type OverLimitError = pool.OverLimitError
+
+// ErrConnReleased is returned by every use of a Conn after its Release (or
+// Hijack), of any copy of it, and of the Tx, Rows, Row and BatchResults it
+// handed out: the connection may be another holder's by then. The zero
+// Conn returns it too.
+var ErrConnReleased = errors.New("tenantdb: the Conn was released")

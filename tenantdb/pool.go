@@ -168,7 +168,7 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
 	conns := make([]Conn, len(idle))
 	for i, c := range idle {
-		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}} // the zero Permit's Release does nothing
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}, ref: newLiveRef()} // the zero Permit's Release does nothing
 	}
 	return conns
 }
