@@ -29,3 +29,14 @@ type OverLimitError = pool.OverLimitError
 // handed out: the connection may be another holder's by then. The zero
 // Conn returns it too.
 var ErrConnReleased = errors.New("tenantdb: the Conn was released")
+
+// ErrCannotRunInTransaction is matched, together with PostgreSQL's own
+// error (SQLSTATE 25001), by a statement that cannot run inside a
+// transaction block (CREATE INDEX CONCURRENTLY, DROP INDEX CONCURRENTLY,
+// VACUUM, CREATE DATABASE) sent under ScopeTransaction, which runs every
+// statement in a transaction that carries the tenant's settings. Nothing of
+// the call ran. Run such statements on Pool.Pgxpool (no tenant, names
+// qualified with their schema) or on a Pool with ScopeSession.
+var ErrCannotRunInTransaction = errors.New("tenantdb: the statement cannot run inside a transaction block, " +
+	"and ScopeTransaction runs every statement in one: run it through Pool.Pgxpool (on no tenant's behalf, " +
+	"with schema-qualified names) or with ScopeSession")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -75,7 +76,11 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 			pgxCfg.ConnConfig.Tracer = qt
 		}
 	}
-	session := &sessionSetup{cfg: cfg.Session}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	session := &sessionSetup{cfg: cfg.Session, logger: logger}
 	session.install(pgxCfg)
 	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
 	if err != nil {

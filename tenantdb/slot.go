@@ -2,7 +2,7 @@ package tenantdb
 
 import (
 	"context"
-	"strings"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -18,7 +18,8 @@ type Slot struct {
 	permit  pool.Permit
 	g       *revokeGuard // nil without a revocable cluster lease
 	tenant  string
-	session *sessionSetup // the Pool's, for LocalSettings
+	session *sessionSetup  // the Pool's, for LocalSettings
+	conn    *pgconn.PgConn // Attach's
 }
 
 // Admit takes a slot for the tenant in ctx, as every Pool call does first:
@@ -43,11 +44,11 @@ func (s *Slot) Tenant() string { return s.tenant }
 // transaction (ScopeTransaction).
 func (p *Pool) Session() Session { return p.session.cfg }
 
-// Attach names the connection the slot's work runs on: if the tenant's
-// cluster-wide slot is revoked (see ErrRevoked), PostgreSQL is asked to
-// cancel the statement running on it. Without a revocable lease it does
-// nothing.
+// Attach names the connection the slot's work runs on, for LocalSettings
+// and, if the tenant's cluster-wide slot is revoked (see ErrRevoked), for
+// PostgreSQL to cancel the statement running on it.
 func (s *Slot) Attach(c *pgconn.PgConn) {
+	s.conn = c
 	if s.g == nil {
 		return
 	}
@@ -74,18 +75,19 @@ func (s *Slot) Release() {
 }
 
 // LocalSettings returns the statement that sets the slot's tenant's values
-// (Config.Session) for the current transaction, as the pgx API sends with
-// every statement under ScopeTransaction, for an adapter to run first in
-// each transaction its statements run in. It returns "" when the Pool's
-// Session is not scoped to transactions or sets nothing; its error is
-// Session.SearchPath's.
+// (Config.Session) for the current transaction on the attached connection,
+// pinning the role and the search_path, as the pgx API sends with every
+// statement under ScopeTransaction, for an adapter to run first in each
+// transaction its statements run in. It returns "" when the Pool's Session
+// is not scoped to transactions or sets nothing; its error is
+// Session.SearchPath's or Session.Role's, or says that no connection of the
+// Pool's pgxpool is attached.
 func (s *Slot) LocalSettings() (string, error) {
 	if !s.session.transactional() {
 		return "", nil
 	}
-	exprs, err := s.session.values(s.tenant, true)
-	if err != nil || len(exprs) == 0 {
-		return "", err
+	if s.conn == nil {
+		return "", fmt.Errorf("tenantdb: Slot.LocalSettings before Attach")
 	}
-	return "select " + strings.Join(exprs, ", "), nil
+	return s.session.localStatement(s.tenant, s.conn)
 }

@@ -123,8 +123,9 @@ func Build(t testing.TB, what string, files map[string]string) {
 	}
 }
 
-// Root returns the module root: the nearest directory above the working
-// directory that holds go.mod.
+// Root returns the root module's directory: the nearest directory above the
+// working directory whose go.mod declares github.com/tenantdb/tenantdb, so
+// that tests in the nested modules read the same documentation.
 func Root(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -132,12 +133,12 @@ func Root(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/tenantdb/tenantdb\n") {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
+			t.Fatal("no go.mod of github.com/tenantdb/tenantdb above the working directory")
 		}
 		dir = parent
 	}
