@@ -94,6 +94,16 @@ type Config struct {
 	// LookupTTL is how long a Lookup answer is used. Default 1 minute.
 	LookupTTL time.Duration
 
+	// LookupErrorTTL is how long a tenant's Lookup failure (its error, an
+	// unknown plan, an override out of range) is returned to that tenant's
+	// requests without asking Lookup again, so that a flood of requests for
+	// an unknown tenant reaches the store behind Lookup once per
+	// LookupErrorTTL, not once per request. Each request gets the same error.
+	// A request whose own context ended during Lookup caches nothing; other
+	// tenants are not affected; InvalidateTenant forgets a failure. Default
+	// 1 second.
+	LookupErrorTTL time.Duration
+
 	// IdleTTL is how long a tenant with nothing in use or waiting is tracked
 	// before its state (counters, cached Lookup answer, reservation) is
 	// removed. Removal happens lazily on later requests and on EvictIdle
@@ -159,6 +169,21 @@ type Config struct {
 	// Default: none, at no cost. Read by tenantdb.New; see tenantdb.Session.
 	Session Session
 
+	// Database, when set, names the database each tenant's statements run
+	// in, on the server of the pgxpool.Config given to tenantdb.New. That
+	// config is then the template of every database's connections, and its
+	// MaxConns the budget of server connections for all databases together.
+	// Its errors and panics, and a name that is empty, longer than 63 bytes
+	// or holds a NUL byte, fail the tenant's call. Default nil: one
+	// database, the config's own. Read by tenantdb.New; see tenantdb.Pool.
+	Database func(tenantID string) (string, error)
+
+	// MaxDatabases bounds how many databases a tenantdb.Pool with Database
+	// keeps a pool of connections for. At the bound, the longest-unused one
+	// with no call in flight is dropped, with its idle connections. Default
+	// 10,000.
+	MaxDatabases int
+
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, tenantdb.New checks that that many tenants at
 	// the default plan's cap fit in Capacity and logs a warning if not;
@@ -174,6 +199,7 @@ type Config struct {
 const (
 	defaultPlanName       = "default"
 	defaultLookupTTL      = time.Minute
+	defaultLookupErrorTTL = time.Second
 	defaultIdleTTL        = 5 * time.Minute
 	defaultMaxTenants     = 100_000
 	defaultMaxTenantIDLen = 128
@@ -221,6 +247,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 		def  time.Duration
 	}{
 		{"LookupTTL", &c.LookupTTL, defaultLookupTTL},
+		{"LookupErrorTTL", &c.LookupErrorTTL, defaultLookupErrorTTL},
 		{"IdleTTL", &c.IdleTTL, defaultIdleTTL},
 		{"MaxRetryAfter", &c.MaxRetryAfter, defaultMaxRetryAfter},
 	} {

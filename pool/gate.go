@@ -29,6 +29,7 @@ type Gate struct {
 	plans         map[string]*planState // guarded by mu: the plans in force (Config.Plans, then SetPlan)
 	defaultPlan   *planState            // guarded by mu
 	overrides     map[string]int        // guarded by mu: SetTenantLimit values
+	failed        failedLookups         // guarded by mu: recent Lookup failures
 	classes       []*classState         // the default class, then Config.Classes by name; fixed after New
 	classTurn     int                   // guarded by mu: the named class whose turn is next in nextLaneLocked
 	fresh, idle   list[tenant]          // guarded by mu

@@ -84,10 +84,12 @@ func (g *Gate) forEachTenant(f func(t *tenant)) {
 	g.mu.Unlock()
 }
 
-// InvalidateTenant drops tenantID's cached Lookup answer, so that its next
-// request asks Lookup again (for example after its plan changed).
+// InvalidateTenant drops tenantID's cached Lookup answer, or its cached
+// Lookup failure, so that its next request asks Lookup again (for example
+// after its plan changed, or its account was created).
 func (g *Gate) InvalidateTenant(tenantID string) {
 	g.mu.Lock()
+	g.failed.forgetLocked(tenantID)
 	if t := g.tenants[tenantID]; t != nil {
 		t.resolvedAt = -int64(g.cfg.LookupTTL) - 1
 	}

@@ -70,6 +70,7 @@ func (c Conn) Hijack() *pgx.Conn {
 	c.h.guard.stop()
 	conn := c.h.conn.Hijack()
 	c.h.permit.Release()
+	c.h.db.done() // the connection stays counted in the budget until it is closed
 	return conn
 }
 

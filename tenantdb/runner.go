@@ -57,13 +57,14 @@ func (r runner) withLocal(sql string, args []any) *pgx.Batch {
 }
 
 // exec runs sql. Without arguments it keeps pgx's simple protocol, so that
-// sql may hold several statements; the setting is put in front of them.
+// sql may hold several statements; the setting is put in front of them, or
+// right after a leading BEGIN (see WithLocalSettings).
 func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
 	switch {
 	case !r.sets():
 		return r.conn.Exec(ctx, sql, args...)
 	case len(args) == 0:
-		tag, err := r.conn.Exec(ctx, r.local+";\n"+sql)
+		tag, err := r.conn.Exec(ctx, WithLocalSettings(sql, r.local))
 		return tag, inTransactionBlock(err)
 	}
 	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/pool"
 )
@@ -12,11 +13,13 @@ import (
 // Slot is one of a tenant's slots taken without a connection, for adapters
 // that get their connections from the shared pool themselves, such as
 // package tenantsql (database/sql): take the Slot, acquire from
-// Pool.Pgxpool with the same context (so that Config.Session sets the
+// Slot.Pgxpool with the same context (so that Config.Session sets the
 // tenant's state), and give both back. A Slot is for one connection.
 type Slot struct {
 	permit  pool.Permit
-	g       *revokeGuard // nil without a revocable cluster lease
+	pg      *pgxpool.Pool // the tenant's database's with Config.Database, else the shared
+	db      *dbUse        // nil without Config.Database
+	g       *revokeGuard  // nil without a revocable cluster lease
 	tenant  string
 	session *sessionSetup  // the Pool's, for LocalSettings
 	conn    *pgconn.PgConn // Attach's
@@ -27,14 +30,34 @@ type Slot struct {
 // cap, ErrClosed after Close. ctx governs the wait for the slot only. The
 // caller must Release the Slot on every path.
 func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
+	var dbName string
+	if p.dbs != nil {
+		var err error
+		if dbName, err = p.dbs.resolve(ctx); err != nil {
+			return nil, err
+		}
+	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return nil, err
 	}
-	id, _ := TenantFrom(ctx)
-	_, g := guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
-	return &Slot{permit: permit, g: g, tenant: id, session: p.session}, nil
+	s := &Slot{permit: permit, pg: p.pg, session: p.session}
+	if p.dbs != nil {
+		if s.db, err = p.dbs.acquire(dbName); err != nil {
+			permit.Release()
+			return nil, err
+		}
+		s.pg = s.db.pg
+	}
+	s.tenant, _ = TenantFrom(ctx)
+	_, s.g = guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
+	return s, nil
 }
+
+// Pgxpool returns the pgxpool to acquire the slot's connection from: with
+// Config.Database the tenant's database's, else the shared one
+// (Pool.Pgxpool).
+func (s *Slot) Pgxpool() *pgxpool.Pool { return s.pg }
 
 // Tenant returns the tenant the slot was taken for.
 func (s *Slot) Tenant() string { return s.tenant }
@@ -72,6 +95,7 @@ func (s *Slot) Detach() { s.g.stop() }
 func (s *Slot) Release() {
 	s.g.stop()
 	s.permit.Release()
+	s.db.done()
 }
 
 // LocalSettings returns the statement that sets the slot's tenant's values

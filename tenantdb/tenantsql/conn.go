@@ -41,7 +41,11 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dc, err := cn.c.pg.Connect(ctx)
+	pgc := cn.c.pg
+	if pg := slot.Pgxpool(); pg != cn.c.p.Pgxpool() { // Config.Database: the tenant's database
+		pgc = stdlib.GetPoolConnector(pg, cn.c.stdlibOpts...)
+	}
+	dc, err := pgc.Connect(ctx)
 	if err != nil {
 		slot.Release()
 		return err

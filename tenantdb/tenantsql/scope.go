@@ -29,7 +29,7 @@ func (cn *conn) execLocal(ctx context.Context, query string, args []driver.Named
 	var tag pgconn.CommandTag
 	var err error
 	if len(args) == 0 {
-		tag, err = c.Exec(ctx, cn.local+";\n"+query)
+		tag, err = c.Exec(ctx, tenantdb.WithLocalSettings(query, cn.local))
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(cn.local)
