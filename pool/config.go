@@ -47,6 +47,12 @@ type Plan struct {
 	// does not fit runs without one until room frees (see Stat.ReservationsDenied).
 	// Default 0. At most MaxConns and Config.MaxReserved.
 	ReservedConns int
+
+	// ClassConns sets, for this plan's tenants, the cap of the classes it
+	// names (Config.Classes) in place of the class's MaxConns, so that a
+	// class fits plans of every size. Each from 1 to MaxConns. Default nil:
+	// every class's own MaxConns, which must then fit in MaxConns.
+	ClassConns map[string]int
 }
 
 // Tenant is what a Lookup says about one tenant.
@@ -136,6 +142,15 @@ type Config struct {
 	// effective cap is its plan's MaxConns times the number of processes.
 	Cluster ClusterLimiter
 
+	// Classes are the workload classes inside every tenant (see Class):
+	// work whose context names one (WithClass) holds at most the class's
+	// share of its tenant's cap and of Capacity, and queues by the class's
+	// policy; work that names none is the default class, which keeps the
+	// plan's policy and goes first when capacity is contended. At most
+	// MaxClasses; names of 1 to 32 letters, digits, '_', '-' or '.', other
+	// than DefaultClass. Default nil: all work is of the default class.
+	Classes map[string]Class
+
 	// Adaptive, when Enabled, moves each tenant's effective limit between a
 	// floor and its cap by what its own hold times show (see Adaptive): it
 	// lowers the limit while more of the tenant's queries at once only queue
@@ -143,6 +158,8 @@ type Config struct {
 	// waiting-type work (pg_sleep, lock waits elsewhere, slow remote calls)
 	// keeps its cap. A request under the cap is never rejected because of
 	// it, only delayed. TenantStat.EffectiveLimit shows where each tenant is.
+	// With Classes, the adaptive limit bounds the default class only, fed by
+	// that class's hold times alone; the other classes keep their caps.
 	// Default off: the effective limit is the cap.
 	Adaptive Adaptive
 

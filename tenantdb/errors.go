@@ -13,6 +13,10 @@ var (
 
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = pool.ErrClosed
+
+	// ErrUnknownClass is returned (wrapped) by a call whose context names a
+	// class (WithClass) that is not one of Config.Classes, or a malformed one.
+	ErrUnknownClass = pool.ErrUnknownClass
 )
 
 // OverLimitError reports a request refused because its tenant is at its cap.
