@@ -24,13 +24,6 @@ type held struct {
 // ErrRevoked if the cluster lease is revoked: the work runs under it. On
 // every failure, and on a panic in a hook, nothing stays held.
 func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
-	var dbName string
-	if p.dbs != nil {
-		var err error
-		if dbName, err = p.dbs.resolve(ctx); err != nil {
-			return ctx, held{}, err
-		}
-	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return ctx, held{}, err
@@ -45,7 +38,7 @@ func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
 	ctx, h.guard = guardRevocation(ctx, permit)
 	pg := p.pg
 	if p.dbs != nil {
-		if h.db, err = p.dbs.acquire(dbName); err != nil {
+		if h.db, err = p.dbs.use(ctx); err != nil {
 			return ctx, held{}, err
 		}
 		pg = h.db.pg

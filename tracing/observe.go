@@ -32,11 +32,24 @@ func (t *Tracer) ObservePool(p *tenantdb.Pool) (stop func() error, err error) {
 		return nil, errors.New("tracing: ObservePool: nil pool")
 	}
 	return t.observe(p.Gate(), func(o metric.Observer) {
-		s := p.Pgxpool().Stat()
-		o.ObserveInt64(t.connCount, int64(s.AcquiredConns()), t.usedObs...)
-		o.ObserveInt64(t.connCount, int64(s.IdleConns()), t.idleObs...)
-		o.ObserveInt64(t.connMax, int64(s.MaxConns()), t.poolObs...)
+		used, idle, most := poolConns(p)
+		o.ObserveInt64(t.connCount, used, t.usedObs...)
+		o.ObserveInt64(t.connCount, idle, t.idleObs...)
+		o.ObserveInt64(t.connMax, most, t.poolObs...)
 	})
+}
+
+// poolConns returns p's connections in use and idle and its limit: with
+// tenantdb.Config.Database, those of every database and the budget.
+func poolConns(p *tenantdb.Pool) (used, idle, most int64) {
+	if budget := p.DatabasesStat().Budget; budget > 0 {
+		for _, d := range p.AppendDatabaseStat(nil) {
+			used, idle = used+int64(d.InUse), idle+int64(d.Idle)
+		}
+		return used, idle, int64(budget)
+	}
+	s := p.Pgxpool().Stat()
+	return int64(s.AcquiredConns()), int64(s.IdleConns()), int64(s.MaxConns())
 }
 
 // ObserveGate is ObservePool for a bare pool.Gate, which bulkheads something

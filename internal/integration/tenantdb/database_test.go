@@ -582,3 +582,24 @@ func TestDatabaseConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseSeesOnlyValidTenants: a malformed tenant ID is refused before
+// Config.Database is asked for its database.
+func TestDatabaseSeesOnlyValidTenants(t *testing.T) {
+	var asked atomic.Int32
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 4), tenantdb.Config{
+		Database: func(string) (string, error) { asked.Add(1); return "db", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, tenant := range []string{"", "acme\r\n", strings.Repeat("a", 200)} {
+		if _, err := p.Exec(as(tenant), "select 1"); !errors.Is(err, tenantdb.ErrNoTenant) {
+			t.Errorf("tenant %q: err = %v, want ErrNoTenant", tenant, err)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("Config.Database was asked %d times for malformed tenants", n)
+	}
+}
