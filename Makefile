@@ -5,8 +5,10 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 
 GO ?= go
-# Packages to test; e.g. `make test PKGS=./tenantdb/tenantdbtest/...`.
-PKGS ?= ./...
+# Packages to test; e.g. `make test PKGS=./tenantdb/tenantdbtest/...`. The
+# default is every package of every module of go.work: `./...` stops at a
+# nested go.mod, so each module's directory is named.
+PKGS ?= $(addsuffix /...,$(shell $(GO) list -m -f '{{.Dir}}'))
 # Ryuk, testcontainers' reaper, needs an image from a registry: off unless
 # the caller says otherwise. The tests terminate their containers themselves.
 TESTCONTAINERS_RYUK_DISABLED ?= true

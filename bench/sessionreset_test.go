@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
@@ -66,7 +67,11 @@ func BenchmarkSessionReset(b *testing.B) {
 				Session: s.session,
 				Logger:  slog.New(slog.DiscardHandler), // one tenant may hold the one connection: on purpose
 			}
-			p, err := tenantdb.New(context.Background(), oneConn(writes), cfg)
+			pcfg := oneConn(writes)
+			if s.session.Scope == tenantdb.ScopeTransaction {
+				pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // as New requires
+			}
+			p, err := tenantdb.New(context.Background(), pcfg, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

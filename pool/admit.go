@@ -7,40 +7,47 @@ import (
 )
 
 // Admission. A request passes at most three stages, and keeps what each gives
-// it until its permit is released:
+// it until its permit is released. Each stage acts on the request's lane:
+// its tenant's part for its class (the default class without WithClass).
 //
-//  1. tenant slot: one of its tenant's effective limit (t.limit). Over it the
-//     request is rejected (its queue is full) or waits in capQ, bounded by the
-//     plan's MaxWaiting and MaxWait.
+//  1. tenant slot: one under its lane's limit (the tenant's effective limit
+//     t.limit for the default class, the class's cap for the others) and
+//     under the tenant's cap. Over either the request is rejected (its
+//     lane's queue is full) or waits in the lane's capQ, bounded by the
+//     plan's (or the class's) MaxWaiting and MaxWait.
 //  2. cluster slot, with Config.Cluster only: a lease from the limiter, asked
 //     outside the lock (stageCluster).
-//  3. shared capacity: one unit of Config.Capacity, granted in globalQ by
-//     dispatchLocked, reserved line first, then in weighted round-robin.
+//  3. shared capacity: one unit of Config.Capacity, within the class's share,
+//     granted from the lane's globalQ by dispatchLocked, reserved lines
+//     first, then the classes' rings in weighted round-robin.
 //
-// A request that finds its tenant with no one waiting and both the limit and
+// A request that finds its lane with no one waiting and its limits and
 // capacity free takes all at once (the fast path, no waiter). Every other
 // request gets a waiter and runs admitLocked's loop, each turn acting on the
 // stage it is in, until it is granted or fails.
 //
 // Invariants, true whenever g.mu is free:
-//   - Bulkhead: t.held() (in use, in globalQ, asking the cluster) is at most
-//     t.limit, but for permits in use when a cut came (never revoked) and
-//     requests that were asking the cluster then (they recheck on return).
-//     A cut sends the latest holders in globalQ back to the front of capQ.
+//   - Bulkhead: t.held() (in use, in a globalQ, asking the cluster) is at
+//     most t.cap, and each lane's l.held() at most its limit, but for
+//     permits in use when a cut came (never revoked) and requests that were
+//     asking the cluster then (they recheck on return). A cut sends the
+//     latest holders in a globalQ back to the front of their capQ.
 //   - Waiting holds no capacity: stages 1 and 2 take no unit of it; g.used
-//     counts granted permits only and never exceeds Config.Capacity.
+//     counts granted permits only and never exceeds Config.Capacity, nor a
+//     class's c.used its share.
 //   - No barging: a request takes the fast path only when none of its
-//     tenant's requests wait, and grantableLocked lets it pass no one the
+//     lane's requests wait, and grantableLocked lets it pass no one the
 //     fair gate would serve first; after every change that frees capacity or
 //     queues a request, dispatchLocked leaves no request in a globalQ that
-//     could be granted.
+//     could be granted, and promoteLocked none in a capQ that could take a
+//     tenant slot.
 //   - Reservations: g.reservedFree is Σ max(0, t.reserved-t.inUse), and no
 //     grant to a tenant at or over its reservation leaves fewer free units.
 //   - MaxWait counts from arrival and bounds only the time spent in capQ.
 //   - One exit: a waiter leaves through leaveLocked, which counts its outcome
 //     once, hands its lease to its permit or releases it, and gives back a
-//     grant that raced its caller's cancellation. g.waiting counts a waiter
-//     from arrival until it is granted or fails.
+//     grant that raced its caller's cancellation. g.waiting (and its class's
+//     waiting) counts a waiter from arrival until it is granted or fails.
 
 // acquire is Acquire without the tracer: arrival, the fast path, rejection,
 // then the admission loop.
@@ -52,6 +59,13 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if err := ctx.Err(); err != nil {
 		d.Outcome = ctxOutcome(err)
 		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
+	}
+	class, err := g.classOf(ctx)
+	if err != nil {
+		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
+	}
+	if class.index != 0 {
+		d.Class = class.name
 	}
 	var now int64
 	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
@@ -82,19 +96,25 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		g.reserveLocked(t) // a reservation that did not fit may fit now
 		g.dispatchLocked() // and its waiters may go first now
 	}
+	var l *lane // nil for the default class of a tenant that never waited nor used a class
+	if class.index != 0 || t.wait != nil {
+		l = &t.contended(g.classes).lanes[class.index]
+	}
 	if g.cfg.Tracer != nil {
 		d.Plan, d.Limit, d.EffectiveLimit, d.InUse = t.plan.name, t.cap, t.limit, t.inUse
+		if l != nil && class.index != 0 {
+			d.Limit, d.EffectiveLimit, d.InUse = min(t.plan.classCaps[class.index], t.cap), g.laneLimitLocked(l), l.inUse
+		}
 	}
 
-	c := t.wait
-	if g.cfg.Cluster == nil && (c == nil || c.capQ.n+c.globalQ.n == 0) && t.inUse < t.limit && g.grantableLocked(t) {
+	if g.cfg.Cluster == nil && g.fastLocked(t, l, class) {
 		// The fast path. Hold time is measured on one permit in 16 (all
 		// when traced, adaptive or with a Lookup, which read the clock
 		// anyway), because reading the clock costs more than the rest of
 		// this path.
-		g.takeLocked(t)
-		p := g.newPermitLocked(t)
-		g.countLocked(t, Acquired)
+		g.takeLocked(t, class)
+		p := g.newPermitLocked(t, class)
+		g.countLocked(t, l, class, Acquired)
 		g.sampleTick++
 		sample := g.sampleTick%holdSampleEvery == 0
 		if now != 0 {
@@ -109,53 +129,66 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		d.Outcome = Acquired
 		return p, nil
 	}
-	capQueued := 0 // requests of t waiting for its limit
-	if c != nil {
-		capQueued = c.capQ.n
+	if l == nil {
+		l = &t.contended(g.classes).lanes[0]
 	}
-	withinLimit := t.held() < t.limit && capQueued == 0
+	withinLimit := l.capQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap
 	if !withinLimit {
 		// Decided before anything is allocated or the clock read: a tenant
 		// flooding past its cap is exactly when rejections must be cheap.
 		// Under an adaptive limit, requests that the cap would admit wait
 		// for the effective limit outside MaxWaiting: adaptivity delays
 		// work, it never turns it away.
-		queueRoom := t.plan.MaxWaiting
-		if t.ad != nil {
+		maxWaiting, _ := l.policy()
+		queueRoom := maxWaiting
+		if t.ad != nil && class.index == 0 {
 			queueRoom += max(0, t.cap-t.held())
 		}
-		if t.plan.MaxWaiting != Unbounded && capQueued >= queueRoom && !isRunnerRequest(ctx) {
-			err := g.overLimitLocked(t, 0)
-			g.countLocked(t, Rejected)
+		if maxWaiting != Unbounded && l.capQ.n >= queueRoom && !isRunnerRequest(ctx) {
+			err := g.overLimitLocked(l, 0)
+			g.countLocked(t, l, class, Rejected)
 			g.mu.Unlock()
 			d.Outcome = Rejected
 			return Permit{}, err
 		}
 	}
-	c = t.contended()
 	if now == 0 {
 		now = g.nowLocked()
 	}
-	w := newWaiter(t, now)
+	w := newWaiter(l, now)
 	switch {
 	case withinLimit && g.cfg.Cluster != nil:
 		w.stage, w.promoted = stageCluster, now
+		l.clusterPending++
 		t.clusterPending++
 	case withinLimit:
-		d.Position = c.globalQ.n + 1
+		d.Position = l.globalQ.n + 1
 		w.stage, w.promoted = stageGlobal, now
-		c.globalQ.pushBack(&w.qlink)
+		l.globalQ.pushBack(&w.qlink)
 		g.fixLinesLocked(t)
 	default:
-		d.Position = c.globalQ.n + c.capQ.n + 1
+		d.Position = l.globalQ.n + l.capQ.n + 1
 		w.stage = stageCap
 		if isRunnerRequest(ctx) {
 			w.deadline = 0 // the Runner bounds its own waits
 		}
-		c.capQ.pushBack(&w.qlink)
+		l.capQ.pushBack(&w.qlink)
 	}
 	g.waiting++
+	class.waiting++
 	return g.admitLocked(ctx, w, d)
+}
+
+// fastLocked reports whether a request of class c for t can be granted on
+// arrival: none of its lane's requests wait, the lane and the tenant have a
+// free slot, and grantableLocked lets it pass. l is nil for the default
+// class of a tenant with no contention state, which holds only permits of
+// that class.
+func (g *Gate) fastLocked(t *tenant, l *lane, c *classState) bool {
+	if l == nil {
+		return t.inUse < t.limit && g.grantableLocked(t, c)
+	}
+	return l.capQ.n+l.globalQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.grantableLocked(t, c)
 }
 
 // admitLocked is the admission loop: each turn acts on the stage w is in,
@@ -185,7 +218,7 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 				}
 			}
 			if w.expired {
-				g.failLocked(w, TimedOut, g.overLimitLocked(w.t, g.nowLocked()-w.enqueued))
+				g.failLocked(w, TimedOut, g.overLimitLocked(w.l, g.nowLocked()-w.enqueued))
 				continue
 			}
 		}
@@ -232,7 +265,7 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Per
 		_, lease = g.releaseLocked(w.permit.s)
 		w.permit, w.outcome, w.err = Permit{}, ctxOutcome(ctxErr), ctxErr
 	}
-	g.countLocked(t, w.outcome)
+	g.countLocked(t, w.l, w.l.class, w.outcome)
 	g.mu.Unlock()
 	releaseLease(lease)
 	d.Outcome = w.outcome
@@ -249,12 +282,12 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Per
 // failLocked takes w out of its stage with outcome o and error err, giving
 // back the tenant slot it held, if any.
 func (g *Gate) failLocked(w *waiter, o Outcome, err error) {
-	t, c := w.t, w.t.wait
+	t, l := w.t, w.l
 	switch w.stage {
 	case stageCap:
-		c.capQ.remove(&w.qlink)
+		l.capQ.remove(&w.qlink)
 	case stageGlobal:
-		c.globalQ.remove(&w.qlink)
+		l.globalQ.remove(&w.qlink)
 		g.fixLinesLocked(t)
 		fallthrough
 	case stageCluster: // its caller counted it out of clusterPending
@@ -263,49 +296,73 @@ func (g *Gate) failLocked(w *waiter, o Outcome, err error) {
 	}
 	now := g.nowLocked()
 	g.waiting--
+	l.class.waiting--
 	w.endLocked(o, err, now)
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
 	}
 }
 
-// takeLocked counts one permit granted to t.
-func (g *Gate) takeLocked(t *tenant) {
+// takeLocked counts one permit of class c granted to t.
+func (g *Gate) takeLocked(t *tenant, c *classState) {
 	if grantHook != nil {
-		grantHook(g, t)
+		grantHook(g, t, c)
 	}
 	if t.inUse < t.reserved {
 		g.reservedFree--
 	}
 	t.inUse++
-	if t.ad != nil {
-		t.ad.granted(t.inUse)
+	inDefault := t.inUse
+	if t.wait != nil {
+		l := &t.wait.lanes[c.index]
+		l.inUse++
+		inDefault = t.wait.lanes[0].inUse
 	}
+	if t.ad != nil && c.index == 0 {
+		t.ad.granted(inDefault)
+	}
+	c.used++
 	g.used++
 }
 
 // grantWaiterLocked hands a permit, already counted by takeLocked, to w.
 func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
-	p := g.newPermitLocked(w.t)
+	p := g.newPermitLocked(w.t, w.l.class)
 	p.s.start, p.s.weight = now, 1
 	p.s.lease, w.lease = w.lease, nil
 	w.permit = p
 	g.waiting--
+	w.l.class.waiting--
 	w.endLocked(Acquired, nil, now)
 }
 
-// countLocked counts one admission of t that ended with outcome o.
-func (g *Gate) countLocked(t *tenant, o Outcome) {
+// countLocked counts one admission of t, of class c (in lane l, nil for
+// the default class of a tenant without contention state), that ended with
+// outcome o.
+func (g *Gate) countLocked(t *tenant, l *lane, c *classState, o Outcome) {
 	if o < Failed {
 		t.outcomes[o]++
 		g.totals.outcomes[o]++
+		c.outcomes[o]++
+		if l != nil {
+			l.outcomes[o]++
+		}
 	}
 }
 
-// overLimitLocked is the error for a request of t refused after waiting
-// waited ns (0 when refused on arrival).
-func (g *Gate) overLimitLocked(t *tenant, waited int64) *OverLimitError {
-	return &OverLimitError{Tenant: t.id, Limit: t.cap, RetryAfter: g.retryAfterLocked(t), Waited: time.Duration(waited)}
+// overLimitLocked is the error for a request of lane l refused after
+// waiting waited ns (0 when refused on arrival). Its Limit is the class's
+// cap when the lane is full, else the tenant's.
+func (g *Gate) overLimitLocked(l *lane, waited int64) *OverLimitError {
+	t := l.t
+	e := &OverLimitError{Tenant: t.id, Limit: t.cap, RetryAfter: g.retryAfterLocked(l), Waited: time.Duration(waited)}
+	if l.class.index != 0 {
+		e.Class = l.class.name
+		if limit := g.laneLimitLocked(l); l.held() >= limit {
+			e.Limit = limit
+		}
+	}
+	return e
 }
 
 func ctxOutcome(err error) Outcome {
@@ -330,6 +387,8 @@ func (g *Gate) fillWaitsLocked(w *waiter, d *TraceAcquireEndData) {
 	d.ClusterWait = time.Duration(w.clusterWait)
 	waited := end - w.enqueued
 	w.t.waitTotal += waited
+	w.l.waitTotal += waited
+	w.l.class.waitTotal += waited
 	g.totals.waitTotal += waited
 }
 

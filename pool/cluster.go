@@ -44,14 +44,15 @@ type revocable interface {
 	Revoked() <-chan struct{}
 }
 
-// clusterWait is how long a request of plan p may wait for a cluster slot:
-// the plan's queue policy applied across processes.
-func clusterWait(p *planState) time.Duration {
+// clusterWait is how long a request of lane l may wait for a cluster slot:
+// its plan's (or class's) queue policy applied across processes.
+func clusterWait(l *lane) time.Duration {
+	maxWaiting, maxWait := l.policy()
 	switch {
-	case p.MaxWaiting == 0:
+	case maxWaiting == 0:
 		return 0
-	case p.MaxWait > 0:
-		return p.MaxWait
+	case maxWait > 0:
+		return maxWait
 	default:
 		return -1
 	}
@@ -63,8 +64,11 @@ func clusterWait(p *planState) time.Duration {
 // capacity, sends it back to wait for the cap if a cut took its slot
 // meanwhile, or fails it. It returns ctx's error as read after the call.
 func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireEndData) error {
-	t := w.t
-	limit, maxWait := t.cap, clusterWait(t.plan) // the cluster keeps the cap; adaptive limits are per process
+	t, l := w.t, w.l
+	// The cluster keeps the tenant's cap; adaptive limits and class caps
+	// are per process (a class cap across processes would cost a second
+	// round trip per request).
+	limit, maxWait := t.cap, clusterWait(l)
 	start := g.nowLocked()
 	closed := g.closed
 	g.mu.Unlock()
@@ -82,6 +86,7 @@ func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireE
 	now := g.nowLocked()
 	w.clusterWait += now - start
 	t.clusterPending--
+	l.clusterPending--
 	w.lease = lease // released on leaving unless a permit takes it
 	if err == nil && local && !g.closed {
 		d.ClusterLocal = true
@@ -97,23 +102,23 @@ func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireE
 		if maxWait == 0 {
 			o = Rejected
 		}
-		g.failLocked(w, o, g.overLimitLocked(t, now-w.enqueued))
+		g.failLocked(w, o, g.overLimitLocked(l, now-w.enqueued))
 	case err != nil:
 		g.clusterErrors++
 		g.failLocked(w, Failed, fmt.Errorf("pool: cluster slot for tenant %q: %w", t.id, err))
-	case t.held() >= t.limit:
+	case l.held() >= g.laneLimitLocked(l) || t.held() >= t.cap:
 		// The tenant's limit was cut while the cluster was asked: the slot
 		// this request held is gone. It goes back to the front of the line
 		// for the cap, keeping its cluster lease, so that it needs no second
 		// round trip when a slot frees.
 		w.stage, w.promoted = stageCap, 0
-		t.wait.capQ.pushFront(&w.qlink)
-	case t.wait.globalQ.n == 0 && g.grantableLocked(t):
-		g.takeLocked(t)
+		l.capQ.pushFront(&w.qlink)
+	case l.globalQ.n == 0 && g.grantableLocked(t, l.class):
+		g.takeLocked(t, l.class)
 		g.grantWaiterLocked(w, now)
 	default:
 		w.stage = stageGlobal
-		t.wait.globalQ.pushBack(&w.qlink)
+		l.globalQ.pushBack(&w.qlink)
 		g.fixLinesLocked(t)
 	}
 	return ctxErr
@@ -140,6 +145,7 @@ func (g *Gate) acquireSlot(ctx context.Context, w *waiter, limit int, maxWait ti
 		}
 		g.mu.Lock()
 		w.t.clusterPending--
+		w.l.clusterPending--
 		g.failLocked(w, Failed, nil)
 		g.mu.Unlock()
 		releaseLease(lease)

@@ -47,6 +47,12 @@ type Plan struct {
 	// does not fit runs without one until room frees (see Stat.ReservationsDenied).
 	// Default 0. At most MaxConns and Config.MaxReserved.
 	ReservedConns int
+
+	// ClassConns sets, for this plan's tenants, the cap of the classes it
+	// names (Config.Classes) in place of the class's MaxConns, so that a
+	// class fits plans of every size. Each from 1 to MaxConns. Default nil:
+	// every class's own MaxConns, which must then fit in MaxConns.
+	ClassConns map[string]int
 }
 
 // Tenant is what a Lookup says about one tenant.
@@ -88,6 +94,16 @@ type Config struct {
 	// LookupTTL is how long a Lookup answer is used. Default 1 minute.
 	LookupTTL time.Duration
 
+	// LookupErrorTTL is how long a tenant's Lookup failure (its error, an
+	// unknown plan, an override out of range) is returned to that tenant's
+	// requests without asking Lookup again, so that a flood of requests for
+	// an unknown tenant reaches the store behind Lookup once per
+	// LookupErrorTTL, not once per request. Each request gets the same error.
+	// A request whose own context ended during Lookup caches nothing; other
+	// tenants are not affected; InvalidateTenant forgets a failure. Default
+	// 1 second.
+	LookupErrorTTL time.Duration
+
 	// IdleTTL is how long a tenant with nothing in use or waiting is tracked
 	// before its state (counters, cached Lookup answer, reservation) is
 	// removed. Removal happens lazily on later requests and on EvictIdle
@@ -126,6 +142,15 @@ type Config struct {
 	// effective cap is its plan's MaxConns times the number of processes.
 	Cluster ClusterLimiter
 
+	// Classes are the workload classes inside every tenant (see Class):
+	// work whose context names one (WithClass) holds at most the class's
+	// share of its tenant's cap and of Capacity, and queues by the class's
+	// policy; work that names none is the default class, which keeps the
+	// plan's policy and goes first when capacity is contended. At most
+	// MaxClasses; names of 1 to 32 letters, digits, '_', '-' or '.', other
+	// than DefaultClass. Default nil: all work is of the default class.
+	Classes map[string]Class
+
 	// Adaptive, when Enabled, moves each tenant's effective limit between a
 	// floor and its cap by what its own hold times show (see Adaptive): it
 	// lowers the limit while more of the tenant's queries at once only queue
@@ -133,6 +158,8 @@ type Config struct {
 	// waiting-type work (pg_sleep, lock waits elsewhere, slow remote calls)
 	// keeps its cap. A request under the cap is never rejected because of
 	// it, only delayed. TenantStat.EffectiveLimit shows where each tenant is.
+	// With Classes, the adaptive limit bounds the default class only, fed by
+	// that class's hold times alone; the other classes keep their caps.
 	// Default off: the effective limit is the cap.
 	Adaptive Adaptive
 
@@ -141,6 +168,21 @@ type Config struct {
 	// search_path), and restores the defaults for calls without a tenant.
 	// Default: none, at no cost. Read by tenantdb.New; see tenantdb.Session.
 	Session Session
+
+	// Database, when set, names the database each tenant's statements run
+	// in, on the server of the pgxpool.Config given to tenantdb.New. That
+	// config is then the template of every database's connections, and its
+	// MaxConns the budget of server connections for all databases together.
+	// Its errors and panics, and a name that is empty, longer than 63 bytes
+	// or holds a NUL byte, fail the tenant's call. Default nil: one
+	// database, the config's own. Read by tenantdb.New; see tenantdb.Pool.
+	Database func(tenantID string) (string, error)
+
+	// MaxDatabases bounds how many databases a tenantdb.Pool with Database
+	// keeps a pool of connections for. At the bound, the longest-unused one
+	// with no call in flight is dropped, with its idle connections. Default
+	// 10,000.
+	MaxDatabases int
 
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, tenantdb.New checks that that many tenants at
@@ -157,6 +199,7 @@ type Config struct {
 const (
 	defaultPlanName       = "default"
 	defaultLookupTTL      = time.Minute
+	defaultLookupErrorTTL = time.Second
 	defaultIdleTTL        = 5 * time.Minute
 	defaultMaxTenants     = 100_000
 	defaultMaxTenantIDLen = 128
@@ -204,6 +247,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 		def  time.Duration
 	}{
 		{"LookupTTL", &c.LookupTTL, defaultLookupTTL},
+		{"LookupErrorTTL", &c.LookupErrorTTL, defaultLookupErrorTTL},
 		{"IdleTTL", &c.IdleTTL, defaultIdleTTL},
 		{"MaxRetryAfter", &c.MaxRetryAfter, defaultMaxRetryAfter},
 	} {

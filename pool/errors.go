@@ -29,6 +29,11 @@ var (
 	// ErrUnknownPlan is returned when Lookup names a plan that is not configured.
 	ErrUnknownPlan = errors.New("pool: unknown plan")
 
+	// ErrUnknownClass is returned (wrapped) when a request's context names a
+	// class (WithClass) that is not one of Config.Classes, or a malformed
+	// one. Such a request is never served as another class.
+	ErrUnknownClass = errors.New("pool: unknown class")
+
 	// ErrInvalidConfig wraps every configuration error from New, SetPlan and
 	// SetTenantLimit.
 	ErrInvalidConfig = errors.New("pool: invalid config")
@@ -41,9 +46,12 @@ var (
 type OverLimitError struct {
 	// Tenant is the tenant that was refused.
 	Tenant string
+	// Class is the request's class (WithClass), empty for the default class.
+	Class string
 	// Limit is the tenant's cap when it was refused (its plan's MaxConns, a
 	// Lookup override or SetTenantLimit), whether it was refused on arrival
-	// or after waiting. Under Config.Adaptive the request may have waited
+	// or after waiting; for a request of a class whose own cap was full, the
+	// class's cap for the tenant. Under Config.Adaptive the request may have waited
 	// for a lower effective limit (TenantStat.EffectiveLimit).
 	Limit int
 	// RetryAfter estimates when a retry is likely to find a free slot, from the
@@ -57,12 +65,16 @@ type OverLimitError struct {
 }
 
 func (e *OverLimitError) Error() string {
-	if e.Waited > 0 {
-		return fmt.Sprintf("tenant %q over its limit of %d connections: waited %v; retry after %v",
-			e.Tenant, e.Limit, e.Waited.Round(time.Millisecond), e.RetryAfter.Round(time.Millisecond))
+	who := fmt.Sprintf("tenant %q", e.Tenant)
+	if e.Class != "" {
+		who += fmt.Sprintf(" class %q", e.Class)
 	}
-	return fmt.Sprintf("tenant %q over its limit of %d connections; retry after %v",
-		e.Tenant, e.Limit, e.RetryAfter.Round(time.Millisecond))
+	if e.Waited > 0 {
+		return fmt.Sprintf("%s over its limit of %d connections: waited %v; retry after %v",
+			who, e.Limit, e.Waited.Round(time.Millisecond), e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s over its limit of %d connections; retry after %v",
+		who, e.Limit, e.RetryAfter.Round(time.Millisecond))
 }
 
 // Is makes errors.Is(err, ErrOverLimit) true.

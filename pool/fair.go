@@ -1,176 +1,241 @@
 package pool
 
 // The fair global gate. Requests that hold a tenant slot and wait for global
-// capacity sit in their tenant's globalQ. Tenants with such requests form a
-// ring that is served in weighted round-robin order: the tenant under the
-// cursor gets up to its plan's Weight grants in a turn, then the cursor moves
-// on. A tenant with one waiter and one with a thousand therefore alternate
+// capacity sit in their lane's globalQ (the lane of their tenant and class).
+// Each class has a ring of the lanes with such requests, served in weighted
+// round-robin order: the tenant under the cursor gets up to its plan's
+// Weight grants in a turn, then the cursor moves on. A tenant with one waiter and one with a thousand therefore alternate
 // (weights aside), instead of being served first come, first served.
 //
-// A tenant whose globalQ empties leaves the ring, but while it is still
+// A lane whose globalQ empties leaves the ring, but while it is still
 // backlogged (requests wait for its own cap, or for the cluster) it keeps the
 // credit left in its turn, and on its return it resumes that turn at the
 // cursor. Without this, a tenant whose own cap lets only one request at a time
 // reach the global queue would leave the ring after every grant and lose its
 // weight: weights would hold only for tenants with caps above their share.
 //
-// Reservations come before the ring. A tenant below its reservation with a
+// Which class's ring is served next (nextLaneLocked): a class holding less
+// than its MinShare first, then the default class, then the other classes in
+// turn; a class at its MaxShare is never served.
+//
+// Reservations come before the rings. A tenant below its reservation with a
 // waiting request is in the reserved line, which is served first; and no
 // grant to anyone else may leave fewer free units than the reservations not
 // yet taken (Gate.reservedFree). So a reserved tenant never waits behind other
 // tenants for capacity kept for it.
 
-// fairRing is the ring of tenants with global waiters, kept as a list in
-// ring order, plus a cursor. Each tenant's credit (grants left in its turn)
-// is in its contention state.
+// fairRing is the ring of one class's lanes with global waiters, kept as a
+// list in ring order, plus a cursor. Each lane's credit (grants left in its
+// turn) is in the lane.
 type fairRing struct {
-	l      list[tenant]
-	cursor *tenant // nil when the ring is empty
+	l      list[lane]
+	cursor *lane // nil when the ring is empty
 }
 
-// add puts t in the ring: at the cursor when it resumes an interrupted turn,
+// add puts l in the ring: at the cursor when it resumes an interrupted turn,
 // else at the end of the round, just before the cursor.
-func (r *fairRing) add(t *tenant) {
-	c := t.wait
-	c.inRing = true
+func (r *fairRing) add(l *lane) {
+	l.inRing = true
 	if r.cursor == nil {
-		r.l.pushBack(&c.ringLink)
-		r.cursor = t
-		if c.credit <= 0 {
-			c.credit = t.plan.weight
+		r.l.pushBack(&l.ringLink)
+		r.cursor = l
+		if l.credit <= 0 {
+			l.credit = l.t.plan.weight
 		}
 		return
 	}
-	r.l.insertBefore(&c.ringLink, &r.cursor.wait.ringLink)
-	if c.credit > 0 {
-		r.cursor = t // the cursor's own turn goes on after t's, credit intact
+	r.l.insertBefore(&l.ringLink, &r.cursor.ringLink)
+	if l.credit > 0 {
+		r.cursor = l // the cursor's own turn goes on after l's, credit intact
 	}
 }
 
-// remove takes t out of the ring. It keeps its credit when backlogged says it
+// remove takes l out of the ring. It keeps its credit when backlogged says it
 // will be back.
-func (r *fairRing) remove(t *tenant, backlogged bool) {
-	c := t.wait
-	c.inRing = false
+func (r *fairRing) remove(l *lane, backlogged bool) {
+	l.inRing = false
 	if !backlogged {
-		c.credit = 0
+		l.credit = 0
 	}
 	if r.l.n == 1 {
 		r.cursor = nil
-	} else if r.cursor == t {
-		r.turnTo(r.after(t))
+	} else if r.cursor == l {
+		r.turnTo(r.after(l))
 	}
-	r.l.remove(&c.ringLink)
+	r.l.remove(&l.ringLink)
 }
 
-// after returns the tenant after t in ring order.
-func (r *fairRing) after(t *tenant) *tenant {
-	if e := t.wait.ringLink.next; e != nil {
+// after returns the lane after l in ring order.
+func (r *fairRing) after(l *lane) *lane {
+	if e := l.ringLink.next; e != nil {
 		return e.v
 	}
 	return r.l.head.v
 }
 
-// turnTo moves the cursor to t, starting a turn unless t has one left.
-func (r *fairRing) turnTo(t *tenant) {
-	r.cursor = t
-	if c := t.wait; c.credit <= 0 {
-		c.credit = t.plan.weight
+// turnTo moves the cursor to l, starting a turn unless l has one left.
+func (r *fairRing) turnTo(l *lane) {
+	r.cursor = l
+	if l.credit <= 0 {
+		l.credit = l.t.plan.weight
 	}
 }
 
-// next returns the tenant whose turn it is and uses one of its credits, or
+// next returns the lane whose turn it is and uses one of its credits, or
 // nil when the ring is empty.
-func (r *fairRing) next() *tenant {
+func (r *fairRing) next() *lane {
 	if r.cursor == nil {
 		return nil
 	}
-	if r.cursor.wait.credit <= 0 {
+	if r.cursor.credit <= 0 {
 		r.turnTo(r.after(r.cursor))
 	}
-	r.cursor.wait.credit--
+	r.cursor.credit--
 	return r.cursor
 }
 
-// fixLinesLocked puts t in or out of the ring and the reserved line after its
-// globalQ, inUse or reservation changed.
+// fixLinesLocked puts t's lanes in or out of their rings and reserved lines
+// after a globalQ, t's inUse or its reservation changed.
 func (g *Gate) fixLinesLocked(t *tenant) {
 	c := t.wait
 	if c == nil {
 		return
 	}
-	if inRing := c.globalQ.n > 0; inRing != c.inRing {
-		if inRing {
-			g.ring.add(t)
-		} else {
-			g.ring.remove(t, c.capQ.n > 0 || t.clusterPending > 0)
+	for i := range c.lanes {
+		l := &c.lanes[i]
+		if inRing := l.globalQ.n > 0; inRing != l.inRing {
+			if inRing {
+				l.class.ring.add(l)
+			} else {
+				l.class.ring.remove(l, l.capQ.n > 0 || l.clusterPending > 0)
+			}
 		}
-	}
-	if inRes := c.globalQ.n > 0 && t.inUse < t.reserved; inRes != c.inRes {
-		if inRes {
-			g.reserved.pushBack(&c.resLink)
-		} else {
-			g.reserved.remove(&c.resLink)
+		if inRes := l.globalQ.n > 0 && t.inUse < t.reserved; inRes != l.inRes {
+			if inRes {
+				l.class.reserved.pushBack(&l.resLink)
+			} else {
+				l.class.reserved.remove(&l.resLink)
+			}
+			l.inRes = inRes
 		}
-		c.inRes = inRes
 	}
 }
 
-// grantableLocked reports whether t may take a unit of global capacity now
-// without passing anyone the fair gate would serve first.
-func (g *Gate) grantableLocked(t *tenant) bool {
+// grantableLocked reports whether t may take a unit of global capacity for
+// work of class c now without passing anyone the fair gate would serve
+// first.
+func (g *Gate) grantableLocked(t *tenant, c *classState) bool {
 	free := g.cfg.Capacity - g.used
-	if free <= 0 {
+	if free <= 0 || c.used >= c.share {
 		return false
 	}
 	return t.inUse < t.reserved || free-1 >= g.reservedFree
 }
 
 // dispatchLocked grants global capacity to waiting requests while there is
-// some: reserved line first, then the weighted ring. It keeps the invariant
+// some: reserved lines first, then the weighted rings. It keeps the invariant
 // that, when it returns, no waiting request could be granted.
 func (g *Gate) dispatchLocked() {
 	var now int64
 	for g.used < g.cfg.Capacity {
-		t := g.reserved.front()
-		if t == nil {
+		var l *lane
+		for _, c := range g.classes {
+			if c.used < c.share && c.reserved.head != nil {
+				l = c.reserved.front()
+				break
+			}
+		}
+		if l == nil {
 			if g.cfg.Capacity-g.used-1 < g.reservedFree {
 				return // what is free is kept for reservations not yet taken
 			}
-			if t = g.ring.next(); t == nil {
+			if l = g.nextLaneLocked(); l == nil {
 				return
 			}
 		}
 		if now == 0 {
 			now = g.nowLocked()
 		}
-		w := t.wait.globalQ.popFront()
-		g.takeLocked(t)
-		g.fixLinesLocked(t)
+		w := l.globalQ.popFront()
+		g.takeLocked(l.t, l.class)
+		g.fixLinesLocked(l.t)
 		g.grantWaiterLocked(w, now)
 	}
 }
 
-// promoteLocked gives free tenant slots to t's requests waiting over its cap,
-// in order. It runs after t's holding drops or its limit rises.
+// nextLaneLocked picks the class served next and the lane whose turn it is
+// in that class's ring, or nil when no class below its MaxShare has
+// waiters: a class below its MinShare first (so it never starves), then the
+// default class, then the other classes, one grant each in turn.
+func (g *Gate) nextLaneLocked() *lane {
+	named := g.classes[1:]
+	for _, c := range named {
+		if c.used < c.keep && c.ring.cursor != nil {
+			return c.ring.next()
+		}
+	}
+	if c := g.classes[0]; c.ring.cursor != nil {
+		return c.ring.next()
+	}
+	for i := range named {
+		c := named[(g.classTurn+i)%len(named)]
+		if c.used < c.share && c.ring.cursor != nil {
+			g.classTurn = (g.classTurn + i + 1) % len(named)
+			return c.ring.next()
+		}
+	}
+	return nil
+}
+
+// promoteLocked gives free tenant slots to t's requests waiting over its cap
+// or their lane's limit, the default class's first, each lane in order. It
+// runs after t's holding drops or a limit rises.
 func (g *Gate) promoteLocked(t *tenant) {
 	c := t.wait
-	if c == nil || c.capQ.n == 0 || t.held() >= t.limit {
+	if c == nil {
 		return
 	}
-	now := g.nowLocked()
-	for c.capQ.n > 0 && t.held() < t.limit {
-		w := c.capQ.popFront()
-		w.promoted = now
-		if g.cfg.Cluster != nil && w.lease == nil {
-			// Its goroutine asks the cluster, outside the lock.
-			w.stage = stageCluster
-			t.clusterPending++
-			w.signal()
+	held := t.held()
+	if held >= t.cap {
+		return
+	}
+	var now int64
+	for i := range c.lanes {
+		l := &c.lanes[i]
+		if l.capQ.n == 0 {
 			continue
 		}
-		w.stage = stageGlobal
-		c.globalQ.pushBack(&w.qlink)
+		limit := g.laneLimitLocked(l)
+		for l.capQ.n > 0 && held < t.cap && l.held() < limit {
+			if now == 0 {
+				now = g.nowLocked()
+			}
+			w := l.capQ.popFront()
+			w.promoted = now
+			held++
+			if g.cfg.Cluster != nil && w.lease == nil {
+				// Its goroutine asks the cluster, outside the lock.
+				w.stage = stageCluster
+				l.clusterPending++
+				t.clusterPending++
+				w.signal()
+				continue
+			}
+			w.stage = stageGlobal
+			l.globalQ.pushBack(&w.qlink)
+		}
 	}
 	g.fixLinesLocked(t)
+}
+
+// laneLimitLocked is how many of its tenant's slots l may take: the
+// tenant's effective limit for the default class (its cap, or its adaptive
+// limit), the plan's cap for the class (within the tenant's cap) for the
+// others. A request also needs the tenant below its cap.
+func (g *Gate) laneLimitLocked(l *lane) int {
+	t := l.t
+	if l.class.index == 0 {
+		return t.limit
+	}
+	return min(t.plan.classCaps[l.class.index], t.cap)
 }

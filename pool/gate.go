@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -28,8 +29,9 @@ type Gate struct {
 	plans         map[string]*planState // guarded by mu: the plans in force (Config.Plans, then SetPlan)
 	defaultPlan   *planState            // guarded by mu
 	overrides     map[string]int        // guarded by mu: SetTenantLimit values
-	ring          fairRing              // guarded by mu
-	reserved      list[tenant]          // guarded by mu: tenants below their reservation with requests in globalQ
+	failed        failedLookups         // guarded by mu: recent Lookup failures
+	classes       []*classState         // the default class, then Config.Classes by name; fixed after New
+	classTurn     int                   // guarded by mu: the named class whose turn is next in nextLaneLocked
 	fresh, idle   list[tenant]          // guarded by mu
 	freePermits   *permitState          // guarded by mu: released permit states, for reuse
 	sampleTick    uint32                // guarded by mu
@@ -42,12 +44,22 @@ type Gate struct {
 }
 
 // New validates cfg and returns a Gate. A configuration that cannot work (a
-// plan's cap or reservation above the capacity, negative numbers, an unknown
-// default plan) is an error wrapping ErrInvalidConfig.
+// plan's cap or reservation above the capacity, a class's cap above a plan's,
+// a malformed class name, negative numbers, an unknown default plan) is an
+// error wrapping ErrInvalidConfig.
 func New(cfg Config) (*Gate, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	classes, err := newClasses(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(mapKeys(cfg.Plans)) {
+		if err := validateClassConns(name, cfg.Plans[name], classes); err != nil {
+			return nil, err
+		}
 	}
 	g := &Gate{
 		cfg:       cfg,
@@ -55,12 +67,13 @@ func New(cfg Config) (*Gate, error) {
 		tenants:   make(map[string]*tenant),
 		plans:     make(map[string]*planState, len(cfg.Plans)),
 		overrides: make(map[string]int),
+		classes:   classes,
 	}
 	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
 	g.closing, g.stopClosing = context.WithCancel(context.Background())
 	g.releaseTracer, _ = cfg.Tracer.(ReleaseTracer)
 	for name, p := range cfg.Plans {
-		g.plans[name] = newPlanState(name, p)
+		g.plans[name] = newPlanState(name, p, classes)
 	}
 	g.defaultPlan = g.plans[cfg.DefaultPlan]
 	g.cfg.Plans = nil // g.plans is the truth from here on
@@ -97,14 +110,18 @@ func (g *Gate) failWaitersLocked() (leases []ClusterLease) {
 		if c == nil {
 			continue
 		}
-		for _, q := range []*list[waiter]{&c.capQ, &c.globalQ} {
-			for w := q.popFront(); w != nil; w = q.popFront() {
-				if w.lease != nil {
-					leases = append(leases, w.lease)
-					w.lease = nil
+		for i := range c.lanes {
+			l := &c.lanes[i]
+			for _, q := range []*list[waiter]{&l.capQ, &l.globalQ} {
+				for w := q.popFront(); w != nil; w = q.popFront() {
+					if w.lease != nil {
+						leases = append(leases, w.lease)
+						w.lease = nil
+					}
+					g.waiting--
+					l.class.waiting--
+					w.endLocked(Failed, ErrClosed, now)
 				}
-				g.waiting--
-				w.endLocked(Failed, ErrClosed, now)
 			}
 		}
 		g.fixLinesLocked(t)
@@ -121,9 +138,11 @@ func (g *Gate) failWaitersLocked() (leases []ClusterLease) {
 //     cap and its plan's queue is full, or it waited the plan's MaxWait;
 //   - ctx's error (wrapped) when ctx ends first, errors.Is(err,
 //     context.DeadlineExceeded) for a deadline;
-//   - a Lookup error, ErrUnknownPlan, ErrTooManyTenants or ErrClosed (wrapped).
+//   - a Lookup error, ErrUnknownPlan, ErrUnknownClass, ErrTooManyTenants or
+//     ErrClosed (wrapped).
 //
-// ctx governs the whole admission: the Lookup, the wait for the tenant's cap
+// The request is of the class ctx carries (WithClass), the default class
+// without one. ctx governs the whole admission: the Lookup, the wait for the tenant's cap
 // and the wait for global capacity. A request that fails holds nothing.
 func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
 	tracer := g.cfg.Tracer
@@ -166,7 +185,7 @@ const adminBatch = 1024
 // the batches of an administrative operation, unlocked; wakeIgnoredHook when a
 // waiter woke to a signal that changed nothing for it.
 var (
-	grantHook                       func(g *Gate, t *tenant)
+	grantHook                       func(g *Gate, t *tenant, c *classState)
 	adminBatchHook, wakeIgnoredHook func()
 )
 

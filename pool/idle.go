@@ -39,7 +39,9 @@ func (g *Gate) markIdleLocked(t *tenant, now int64) {
 		}
 	}
 	if t.wait != nil {
-		t.wait.credit = 0 // a turn in the fair ring does not outlive the backlog
+		for i := range t.wait.lanes {
+			t.wait.lanes[i].credit = 0 // a turn in the fair ring does not outlive the backlog
+		}
 	}
 }
 

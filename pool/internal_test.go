@@ -261,3 +261,123 @@ func TestCloseKeepsIdleListsIntact(t *testing.T) {
 		t.Fatalf("idle lists corrupted: idle %d fresh %d", g.idle.n, g.fresh.n)
 	}
 }
+
+// TestLookupFailuresAreCached: a flood of requests for a tenant whose Lookup
+// fails reaches Lookup once per LookupErrorTTL, each request getting the
+// same error; other tenants, a tenant whose answer is cached, a request
+// whose own context ended during Lookup and InvalidateTenant are not
+// affected.
+func TestLookupFailuresAreCached(t *testing.T) {
+	errUnknown := errors.New("no such account")
+	var mu sync.Mutex
+	calls := map[string]int{}
+	failing := map[string]bool{"ghost": true}
+	g, clock := newTestGate(t, Config{
+		Capacity:       4,
+		Plans:          map[string]Plan{"std": {MaxConns: 2}},
+		LookupErrorTTL: 2 * time.Second,
+		Lookup: func(ctx context.Context, id string) (Tenant, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[id]++
+			switch {
+			case id == "typo":
+				return Tenant{Plan: "nope"}, nil
+			case id == "slow":
+				<-ctx.Done()
+				return Tenant{}, ctx.Err()
+			case failing[id]:
+				return Tenant{}, errUnknown
+			}
+			return Tenant{}, nil
+		},
+	})
+	count := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[id]
+	}
+	for range 100 {
+		if _, err := g.Acquire(context.Background(), "ghost"); !errors.Is(err, errUnknown) {
+			t.Fatalf("ghost: %v, want the Lookup's error", err)
+		}
+		if _, err := g.Acquire(context.Background(), "typo"); !errors.Is(err, ErrUnknownPlan) {
+			t.Fatalf("typo: %v, want ErrUnknownPlan", err)
+		}
+		acquire(t, g, "acme").Release()
+	}
+	if n := count("ghost"); n != 1 {
+		t.Errorf("100 requests for ghost called Lookup %d times, want 1", n)
+	}
+	if n := count("typo"); n != 1 {
+		t.Errorf("100 requests for typo called Lookup %d times, want 1", n)
+	}
+	if n := count("acme"); n != 1 {
+		t.Errorf("acme's cached answer: Lookup called %d times, want 1", n)
+	}
+	if s := g.Stat(); s.Tenants != 1 {
+		t.Errorf("%d tenants tracked, want acme only", s.Tenants)
+	}
+
+	// Past the TTL, Lookup is asked again; its answer now admits ghost.
+	clock.advance(2*time.Second + 1)
+	mu.Lock()
+	failing["ghost"] = false
+	mu.Unlock()
+	acquire(t, g, "ghost").Release()
+	if n := count("ghost"); n != 2 {
+		t.Errorf("after LookupErrorTTL: %d Lookup calls for ghost, want 2", n)
+	}
+
+	// InvalidateTenant forgets a failure at once.
+	mu.Lock()
+	failing["later"] = true
+	mu.Unlock()
+	if _, err := g.Acquire(context.Background(), "later"); !errors.Is(err, errUnknown) {
+		t.Fatalf("later: %v", err)
+	}
+	mu.Lock()
+	failing["later"] = false
+	mu.Unlock()
+	g.InvalidateTenant("later")
+	acquire(t, g, "later").Release()
+
+	// A request that gave up during Lookup leaves nothing cached.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		if _, err := g.Acquire(ctx, "slow"); err == nil {
+			t.Fatal("slow: admitted with a done context")
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	_, _ = g.Acquire(ctx, "slow")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel2()
+	_, _ = g.Acquire(ctx2, "slow")
+	if n := count("slow"); n != 2 {
+		t.Errorf("requests whose contexts ended in Lookup: %d Lookup calls, want 2 (nothing cached)", n)
+	}
+}
+
+// TestLookupFailuresBounded: cached failures never exceed MaxTenants, so a
+// flood of distinct unknown IDs cannot grow memory without limit.
+func TestLookupFailuresBounded(t *testing.T) {
+	g, _ := newTestGate(t, Config{
+		Capacity:   4,
+		MaxTenants: 10,
+		Lookup: func(ctx context.Context, id string) (Tenant, error) {
+			return Tenant{}, errors.New("unknown")
+		},
+	})
+	for i := range 1000 {
+		_, _ = g.Acquire(context.Background(), "ghost-"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	g.mu.Lock()
+	n, q := len(g.failed.byID), len(g.failed.order)-g.failed.head
+	g.mu.Unlock()
+	if n > 10 || q > 10 {
+		t.Errorf("%d failures cached, %d queued; want at most MaxTenants 10", n, q)
+	}
+}

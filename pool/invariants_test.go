@@ -76,12 +76,35 @@ func (c *gatedCluster) AcquireSlot(ctx context.Context, tenant string, limit int
 	return c.memCluster.AcquireSlot(ctx, tenant, limit, maxWait)
 }
 
+// grantViolation, called by a grantHook, says what a grant of class c to
+// tn would exceed: the tenant's effective limit (for the default class) or
+// its class's cap, the tenant's cap, the class's share of the capacity or
+// the capacity. It returns "" for a grant within all of them.
+func grantViolation(g *Gate, tn *tenant, c *classState) string {
+	laneInUse, laneLimit := tn.inUse, tn.limit
+	if tn.wait != nil {
+		l := &tn.wait.lanes[c.index]
+		laneInUse, laneLimit = l.inUse, g.laneLimitLocked(l)
+	}
+	switch {
+	case laneInUse >= laneLimit:
+		return fmt.Sprintf("%s class %s: %d in use of its limit %d", tn.id, c.name, laneInUse, laneLimit)
+	case tn.inUse >= tn.cap:
+		return fmt.Sprintf("%s: %d in use of its cap %d", tn.id, tn.inUse, tn.cap)
+	case c.used >= c.share:
+		return fmt.Sprintf("class %s: %d in use of its share %d", c.name, c.used, c.share)
+	case g.used >= g.cfg.Capacity:
+		return fmt.Sprintf("gate: %d in use of %d", g.used, g.cfg.Capacity)
+	}
+	return ""
+}
+
 // countViolations installs a grantHook that counts grants above a tenant's
-// cap or the capacity, for the duration of the test.
+// or a class's limits or the capacity, for the duration of the test.
 func countViolations(t *testing.T) *atomic.Int64 {
 	var n atomic.Int64
-	grantHook = func(g *Gate, tn *tenant) {
-		if tn.inUse >= tn.limit || g.used >= g.cfg.Capacity {
+	grantHook = func(g *Gate, tn *tenant, c *classState) {
+		if grantViolation(g, tn, c) != "" {
 			n.Add(1)
 		}
 	}
@@ -337,7 +360,7 @@ func TestSpuriousWakeIsNotAMaxWaitTimeout(t *testing.T) {
 	wakeIgnoredHook = func() { woke <- struct{}{} }
 	defer func() { wakeIgnoredHook = nil }()
 	g.mu.Lock()
-	g.tenants["a"].wait.capQ.head.v.signal() // a wake that changes nothing
+	g.tenants["a"].wait.lanes[0].capQ.head.v.signal() // a wake that changes nothing
 	g.mu.Unlock()
 	select {
 	case err := <-done:

@@ -40,14 +40,17 @@ func (g *Gate) SetPlan(name string, p Plan) error {
 	if err := p.validate(name, g.cfg.Capacity, g.cfg.MaxReserved); err != nil {
 		return err
 	}
+	if err := validateClassConns(name, p, g.classes); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	ps := g.plans[name]
 	if ps == nil {
-		g.plans[name] = newPlanState(name, p)
+		g.plans[name] = newPlanState(name, p, g.classes)
 		g.mu.Unlock()
 		return nil
 	}
-	ps.Plan, ps.weight = p, max(1, p.Weight)
+	ps.Plan, ps.weight, ps.classCaps = p, max(1, p.Weight), classCaps(p, g.classes)
 	ps.version++
 	g.mu.Unlock()
 	g.forEachTenant(func(t *tenant) {
@@ -81,10 +84,12 @@ func (g *Gate) forEachTenant(f func(t *tenant)) {
 	g.mu.Unlock()
 }
 
-// InvalidateTenant drops tenantID's cached Lookup answer, so that its next
-// request asks Lookup again (for example after its plan changed).
+// InvalidateTenant drops tenantID's cached Lookup answer, or its cached
+// Lookup failure, so that its next request asks Lookup again (for example
+// after its plan changed, or its account was created).
 func (g *Gate) InvalidateTenant(tenantID string) {
 	g.mu.Lock()
+	g.failed.forgetLocked(tenantID)
 	if t := g.tenants[tenantID]; t != nil {
 		t.resolvedAt = -int64(g.cfg.LookupTTL) - 1
 	}
@@ -117,22 +122,36 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 }
 
 // demoteLocked, after a cut, hands back tenant slots that requests waiting for
-// global capacity hold beyond the new limit: the latest of them go back, in
-// order, to the front of the queue for the tenant's cap, and are woken to
-// keep their MaxWait deadline there. Permits in use are never revoked.
+// global capacity hold beyond the new limits: in each lane over its limit,
+// and then, while the tenant is over its cap, in the named classes' lanes
+// before the default class's, the latest of them go back, in order, to the
+// front of their lane's queue for a slot, and are woken to keep their
+// MaxWait deadline there. Permits in use are never revoked.
 func (g *Gate) demoteLocked(t *tenant) {
 	c := t.wait
 	if c == nil {
 		return
 	}
-	for c.globalQ.n > 0 && t.held() > t.limit {
-		w := c.globalQ.tail.v
-		c.globalQ.remove(&w.qlink)
-		w.stage, w.promoted = stageCap, 0
-		c.capQ.pushFront(&w.qlink)
-		w.signal()
+	held := t.held()
+	for i := len(c.lanes) - 1; i >= 0; i-- {
+		l := &c.lanes[i]
+		limit := g.laneLimitLocked(l)
+		for l.globalQ.n > 0 && (l.held() > limit || held > t.cap) {
+			demote(l)
+			held--
+		}
 	}
 	g.fixLinesLocked(t)
+}
+
+// demote sends l's latest request waiting for global capacity back to the
+// front of its queue for a slot.
+func demote(l *lane) {
+	w := l.globalQ.tail.v
+	l.globalQ.remove(&w.qlink)
+	w.stage, w.promoted = stageCap, 0
+	l.capQ.pushFront(&w.qlink)
+	w.signal()
 }
 
 // reserveLocked brings t's reservation in force to min(plan.ReservedConns,
@@ -157,14 +176,22 @@ func (g *Gate) reserveLocked(t *tenant) {
 	g.fixLinesLocked(t)
 }
 
-// retryAfterLocked estimates when t will next have a free slot: its average
-// hold time for every round of its cap that its waiting requests need.
-func (g *Gate) retryAfterLocked(t *tenant) time.Duration {
-	hold := time.Duration(t.avgHold)
+// retryAfterLocked estimates when l's tenant will next have a free slot
+// for its class: the class's average hold time (the tenant's, before one is
+// measured) for every round of its limit that its waiting requests need.
+func (g *Gate) retryAfterLocked(l *lane) time.Duration {
+	t := l.t
+	hold, waiting, limit := time.Duration(t.avgHold), t.waiting(), t.limit
+	if len(g.classes) > 1 {
+		if l.avgHold > 0 {
+			hold = time.Duration(l.avgHold)
+		}
+		waiting, limit = l.waiting(), g.laneLimitLocked(l)
+	}
 	if hold <= 0 {
 		hold = unknownHold
 	}
-	d := hold * time.Duration(t.waiting()/max(1, t.limit)+1)
+	d := hold * time.Duration(waiting/max(1, limit)+1)
 	return min(max(d, time.Millisecond), g.cfg.MaxRetryAfter)
 }
 
@@ -175,12 +202,13 @@ func (g *Gate) adaptiveFloorLocked(t *tenant) int {
 	return min(t.cap, max(g.cfg.Adaptive.MinConns, t.plan.ReservedConns))
 }
 
-// adaptLocked feeds t's controller one released permit and applies the limit
-// it answers. A cut sends requests holding a tenant slot above it back to
-// wait for the cap (as SetTenantLimit does) and revokes no permit; a rise is
-// served by the caller's promoteLocked.
-func (g *Gate) adaptLocked(t *tenant, start, hold, now int64) {
-	limit := t.ad.observe(start, hold, now, t.inUse, &g.cfg.Adaptive, g.adaptiveFloorLocked(t), t.cap)
+// adaptLocked feeds t's controller one released permit of the default
+// class, of which t still holds inUse, and applies the limit it answers. A
+// cut sends requests holding a tenant slot above it back to wait for the cap
+// (as SetTenantLimit does) and revokes no permit; a rise is served by the
+// caller's promoteLocked.
+func (g *Gate) adaptLocked(t *tenant, start, hold, now int64, inUse int) {
+	limit := t.ad.observe(start, hold, now, inUse, &g.cfg.Adaptive, g.adaptiveFloorLocked(t), t.cap)
 	if limit == t.limit {
 		return
 	}

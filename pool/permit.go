@@ -21,6 +21,7 @@ type Permit struct {
 type permitState struct {
 	g      *Gate
 	t      *tenant         // guarded by g.mu
+	class  *classState     // guarded by g.mu
 	gen    uint64          // guarded by g.mu: bumped on every release
 	ctx    context.Context // the tracer's context, nil without a tracer
 	start  int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
@@ -47,6 +48,9 @@ func (p Permit) Release() {
 	var rd TraceReleaseData
 	if g.releaseTracer != nil {
 		rd.Tenant, rd.Plan = s.t.id, s.t.plan.name
+		if s.class.index != 0 {
+			rd.Class = s.class.name
+		}
 	}
 	hold, lease := g.releaseLocked(s)
 	g.mu.Unlock()
@@ -85,32 +89,46 @@ func (p Permit) Revoked() <-chan struct{} {
 // and recycles s. It returns the measured hold time (0 if not measured) and
 // the cluster lease to release once unlocked.
 func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
-	t := s.t
+	t, c := s.t, s.class
+	var l *lane
+	if t.wait != nil {
+		l = &t.wait.lanes[c.index]
+	}
 	var now int64
 	start := s.start
 	if s.start != 0 {
 		now = g.nowLocked()
 		hold = now - s.start
 		t.holdTotal += hold * s.weight
+		c.holdTotal += hold * s.weight
 		g.totals.holdTotal += hold * s.weight
-		if t.avgHold == 0 {
-			t.avgHold = hold
-		} else {
-			t.avgHold += (hold - t.avgHold) / 8
+		t.avgHold = movingAverage(t.avgHold, hold)
+		if l != nil {
+			l.holdTotal += hold * s.weight
+			l.avgHold = movingAverage(l.avgHold, hold)
 		}
 	}
 	s.gen++
 	lease = s.lease
-	s.t, s.ctx, s.start, s.weight, s.lease = nil, nil, 0, 0, nil
+	s.t, s.class, s.ctx, s.start, s.weight, s.lease = nil, nil, nil, 0, 0, nil
 	s.next, g.freePermits = g.freePermits, s
 
 	t.inUse--
+	c.used--
 	g.used--
+	inDefault := t.inUse
+	if l != nil {
+		l.inUse--
+		inDefault = t.wait.lanes[0].inUse
+	}
 	if t.inUse < t.reserved {
 		g.reservedFree++
 	}
-	if t.ad != nil && start != 0 {
-		g.adaptLocked(t, start, hold, now)
+	if t.ad != nil && start != 0 && c.index == 0 {
+		// Only the default class's holds drive the adaptive limit, which
+		// bounds that class only: classes whose statements take fifty
+		// times longer would read as inflation.
+		g.adaptLocked(t, start, hold, now, inDefault)
 	}
 	if g.waiting > 0 { // else no one could be promoted or served
 		if t.wait != nil {
@@ -125,14 +143,23 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 	return hold, lease
 }
 
-// newPermitLocked returns a permit for t, reusing a released state if any.
-func (g *Gate) newPermitLocked(t *tenant) Permit {
+// movingAverage folds one hold time into an average of them.
+func movingAverage(avg, hold int64) int64 {
+	if avg == 0 {
+		return hold
+	}
+	return avg + (hold-avg)/8
+}
+
+// newPermitLocked returns a permit of class c for t, reusing a released
+// state if any.
+func (g *Gate) newPermitLocked(t *tenant, c *classState) Permit {
 	s := g.freePermits
 	if s != nil {
 		g.freePermits, s.next = s.next, nil
 	} else {
 		s = &permitState{g: g}
 	}
-	s.t = t
+	s.t, s.class = t, c
 	return Permit{s: s, gen: s.gen}
 }

@@ -19,6 +19,10 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 	}
 	var answer Tenant
 	if g.cfg.Lookup != nil {
+		if err := g.failed.getLocked(id, g.nowLocked(), int64(g.cfg.LookupErrorTTL)); err != nil {
+			g.mu.Unlock()
+			return nil, err
+		}
 		if stale != nil {
 			stale.refreshing = true // others keep using the stale answer meanwhile
 		}
@@ -30,8 +34,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			stale.refreshing = false
 		}
 		if err != nil {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("pool: lookup tenant %q: %w", id, err)
+			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("pool: lookup tenant %q: %w", id, err))
 		}
 		if g.closed {
 			g.mu.Unlock()
@@ -41,14 +44,12 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 	plan := g.defaultPlan
 	if answer.Plan != "" {
 		if plan = g.plans[answer.Plan]; plan == nil {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id)
+			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id))
 		}
 	}
 	if answer.MaxConns < 0 || answer.MaxConns > g.cfg.Capacity {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
-			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity)
+		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
+			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity))
 	}
 	now := g.nowLocked()
 	t := g.tenants[id] // it may have been created while the lock was released
@@ -68,6 +69,17 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
 	g.applyLimitLocked(t)
 	return t, nil
+}
+
+// lookupFailedLocked caches err as id's Lookup failure for LookupErrorTTL,
+// unless the request's own context ended (its Lookup may have failed for
+// that alone), unlocks and returns err.
+func (g *Gate) lookupFailedLocked(ctx context.Context, id string, err error) error {
+	if ctx.Err() == nil {
+		g.failed.addLocked(id, err, g.nowLocked(), int64(g.cfg.LookupErrorTTL), g.cfg.MaxTenants)
+	}
+	g.mu.Unlock()
+	return err
 }
 
 // lookup calls Config.Lookup, unlocked. Should Lookup panic, stale's refresh

@@ -39,7 +39,8 @@ type RunnerConfig struct {
 	Gate *Gate
 
 	// MaxQueued is how many jobs one tenant may have queued (submitted and
-	// not started); past it Submit returns an *OverLimitError. Default 1,000.
+	// not started), per class; past it Submit returns an *OverLimitError.
+	// Default 1,000.
 	MaxQueued int
 
 	// OnError is told about every job that did not run to completion: a job
@@ -61,8 +62,8 @@ const defaultMaxQueued = 1000
 // order: a tenant's backlog of thousands delays another tenant's jobs by
 // about one job per worker, not by the backlog.
 //
-// A Runner keeps, per tenant with queued jobs, at most its cap plus one of
-// goroutines asking the Gate for permits; the one over the cap waits
+// A Runner keeps, per tenant and class with queued jobs, at most its limit
+// plus one of goroutines asking the Gate for permits; the one over the cap waits
 // whatever the plan's MaxWaiting and MaxWait, so that the tenant is in the
 // Gate's round-robin whenever one of its jobs ends. Create it with NewRunner.
 type Runner struct {
@@ -74,17 +75,25 @@ type Runner struct {
 	wg        sync.WaitGroup // acquirer goroutines
 
 	mu      sync.Mutex
-	closed  bool                   // guarded by mu
-	tenants map[string]*tenantJobs // guarded by mu: tenants with queued jobs or acquirers
-	idle    chan struct{}          // guarded by mu: closed when tenants empties after Close
+	closed  bool                     // guarded by mu
+	tenants map[queueKey]*tenantJobs // guarded by mu: tenants (and classes) with queued jobs or acquirers
+	idle    chan struct{}            // guarded by mu: closed when tenants empties after Close
 }
 
-// tenantJobs is one tenant's queue and the goroutines serving it.
+// queueKey names one queue of a Runner: a tenant's jobs of one class.
+type queueKey struct {
+	tenant string
+	class  *classState
+}
+
+// tenantJobs is one tenant's queue of one class and the goroutines serving it.
 type tenantJobs struct {
-	queue     []queuedJob // guarded by Runner.mu: FIFO from head
-	head      int         // guarded by Runner.mu
-	acquirers int         // guarded by Runner.mu: goroutines acquiring or running for the tenant
-	claimed   int         // guarded by Runner.mu: acquirers asking the Gate, each for one queued job
+	key       queueKey
+	acquire   context.Context // the Runner's context, with the class
+	queue     []queuedJob     // guarded by Runner.mu: FIFO from head
+	head      int             // guarded by Runner.mu
+	acquirers int             // guarded by Runner.mu: goroutines acquiring or running for the tenant
+	claimed   int             // guarded by Runner.mu: acquirers asking the Gate, each for one queued job
 }
 
 type queuedJob struct {
@@ -129,7 +138,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ctx = context.WithValue(ctx, runnerKey{}, true)
 	return &Runner{g: cfg.Gate, maxQueued: cfg.MaxQueued, onError: cfg.OnError,
-		ctx: ctx, cancel: cancel, tenants: make(map[string]*tenantJobs)}, nil
+		ctx: ctx, cancel: cancel, tenants: make(map[queueKey]*tenantJobs)}, nil
 }
 
 // Submit queues job for tenantID and returns at once; the job runs later,
@@ -137,8 +146,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // queued, when the tenant ID is invalid (ErrInvalidTenant), ctx has ended,
 // the Runner is closed (ErrRunnerClosed), or the tenant already has
 // MaxQueued jobs queued: an *OverLimitError (errors.Is ErrOverLimit) with a
-// RetryAfter estimated from its jobs' run times. ctx governs only the
-// submission; the job's context keeps ctx's values but not its
+// RetryAfter estimated from its jobs' run times. A job is admitted as work
+// of the class ctx carries (WithClass; ErrUnknownClass if the Gate has no
+// such class), and each tenant's jobs of each class queue apart, so a
+// tenant's batch backlog does not hold up its other jobs. ctx governs only
+// the submission; the job's context keeps ctx's values but not its
 // cancellation, so a queued job is never dropped silently.
 func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
 	if job == nil {
@@ -150,21 +162,29 @@ func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pool: submit for tenant %q: %w", tenantID, err)
 	}
-	limit := r.limit(tenantID)
+	class, err := r.g.classOf(ctx)
+	if err != nil {
+		return fmt.Errorf("pool: submit for tenant %q: %w", tenantID, err)
+	}
+	key := queueKey{tenantID, class}
+	limit := r.limit(key)
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return ErrRunnerClosed
 	}
-	q := r.tenants[tenantID]
+	q := r.tenants[key]
 	if q == nil {
-		q = &tenantJobs{}
-		r.tenants[tenantID] = q
+		q = &tenantJobs{key: key, acquire: r.ctx}
+		if class.index != 0 {
+			q.acquire = WithClass(r.ctx, class.name)
+		}
+		r.tenants[key] = q
 	}
 	if q.len() >= r.maxQueued {
 		queued := q.len()
 		r.mu.Unlock()
-		return r.overLimit(tenantID, queued)
+		return r.overLimit(key, queued)
 	}
 	q.queue = append(q.queue, queuedJob{ctx: ctx, job: job})
 	more := r.moreAcquirersLocked(q, limit)
@@ -175,19 +195,44 @@ func (r *Runner) Submit(ctx context.Context, tenantID string, job Job) error {
 	return nil
 }
 
-// limit is how many acquirers tenantID may have: one per job it may run at
-// once (its effective limit on the Gate) and one spare, which waits over
-// the tenant's cap so that the tenant is in the Gate's round-robin the
-// moment one of its jobs releases a worker; without it a tenant at its cap
-// could only take turns with the others, whatever its weight. A tenant the
-// Gate does not track yet gets one, which starts the others once the Gate
-// knows its cap.
-func (r *Runner) limit(tenantID string) int {
-	s, ok := r.g.TenantStat(tenantID)
+// limit is how many acquirers a queue may have: one per job its tenant may
+// run at once of its class (its effective limit on the Gate) and one spare,
+// which waits over the limit so that the tenant is in the Gate's
+// round-robin the moment one of its jobs releases a worker; without it a
+// tenant at its cap could only take turns with the others, whatever its
+// weight. A tenant the Gate does not track yet gets one, which starts the
+// others once the Gate knows its cap.
+func (r *Runner) limit(key queueKey) int {
+	limit, _, ok := r.g.classLimit(key.tenant, key.class)
 	if !ok {
 		return 1
 	}
-	return max(1, s.EffectiveLimit) + 1
+	return max(1, limit) + 1
+}
+
+// classLimit returns tenantID's effective limit for work of class c, its
+// moving average hold time, and false when the tenant is not tracked.
+func (g *Gate) classLimit(tenantID string, c *classState) (limit int, avgHold time.Duration, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.tenants[tenantID]
+	if t == nil {
+		return 0, 0, false
+	}
+	if t.planVersion != t.plan.version {
+		g.applyLimitLocked(t)
+	}
+	limit, avgHold = t.limit, time.Duration(t.avgHold)
+	if c.index != 0 && t.wait != nil {
+		l := &t.wait.lanes[c.index]
+		limit = g.laneLimitLocked(l)
+		if l.avgHold > 0 {
+			avgHold = time.Duration(l.avgHold)
+		}
+	} else if c.index != 0 {
+		limit = min(t.plan.classCaps[c.index], t.cap)
+	}
+	return limit, avgHold, true
 }
 
 // runnerKey marks the context of a Runner's requests to its Gate: over
@@ -198,27 +243,34 @@ type runnerKey struct{}
 
 func isRunnerRequest(ctx context.Context) bool { return ctx.Value(runnerKey{}) != nil }
 
-// overLimit is the error for a tenant whose queue is full.
-func (r *Runner) overLimit(tenantID string, queued int) error {
-	s, _ := r.g.TenantStat(tenantID)
-	limit := max(1, s.EffectiveLimit)
-	hold := s.AvgHold
+// overLimit is the error for a queue that is full.
+func (r *Runner) overLimit(key queueKey, queued int) error {
+	limit, hold, _ := r.g.classLimit(key.tenant, key.class)
+	s, _ := r.g.TenantStat(key.tenant)
 	if hold <= 0 {
 		hold = unknownHold
 	}
-	retry := hold * time.Duration(queued/limit+1)
-	return &OverLimitError{Tenant: tenantID, Limit: s.Limit,
+	retry := hold * time.Duration(queued/max(1, limit)+1)
+	e := &OverLimitError{Tenant: key.tenant, Limit: s.Limit,
 		RetryAfter: min(max(retry, time.Millisecond), r.g.cfg.MaxRetryAfter)}
+	if key.class.index != 0 {
+		e.Class = key.class.name
+	}
+	return e
 }
 
-// Queued returns how many of tenantID's jobs are queued, not started.
+// Queued returns how many of tenantID's jobs, of every class, are queued,
+// not started.
 func (r *Runner) Queued(tenantID string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if q := r.tenants[tenantID]; q != nil {
-		return q.len()
+	n := 0
+	for _, c := range r.g.classes {
+		if q := r.tenants[queueKey{tenantID, c}]; q != nil {
+			n += q.len()
+		}
 	}
-	return 0
+	return n
 }
 
 // serve is one acquirer of tenantID: it claims a queued job, takes a
@@ -255,10 +307,10 @@ func (r *Runner) serve(tenantID string, q *tenantJobs) {
 		}
 		q.claimed++
 		r.mu.Unlock()
-		permit, err := r.g.Acquire(r.ctx, tenantID)
+		permit, err := r.g.Acquire(q.acquire, tenantID)
 		var limit int
 		if err == nil {
-			limit = r.limit(tenantID)
+			limit = r.limit(q.key)
 		}
 		r.mu.Lock()
 		q.claimed--
@@ -304,7 +356,7 @@ func (r *Runner) moreAcquirersLocked(q *tenantJobs, limit int) int {
 func (r *Runner) leaveLocked(tenantID string, q *tenantJobs) {
 	q.acquirers--
 	if q.acquirers == 0 && q.len() == 0 {
-		delete(r.tenants, tenantID)
+		delete(r.tenants, q.key)
 		if r.closed && len(r.tenants) == 0 && r.idle != nil {
 			close(r.idle)
 			r.idle = nil

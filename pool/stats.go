@@ -28,6 +28,26 @@ type TenantStat struct {
 	// AvgHold is a moving average of the measured hold times, which
 	// OverLimitError.RetryAfter is derived from; 0 until one is measured.
 	AvgHold time.Duration
+	// Classes has one entry per class (the default class first) once the
+	// tenant used a class or waited, with Config.Classes set; else nil.
+	Classes []ClassStat
+}
+
+// ClassStat is a snapshot of one class: of one tenant's work of the class
+// (in TenantStat), or of all tenants' (in Stat).
+type ClassStat struct {
+	// Class is the class's name, DefaultClass for work without one.
+	Class string
+	// Limit is the most permits of the class that may be held at once: in
+	// a TenantStat, the class's cap for the tenant (its effective limit for
+	// the default class); in a Stat, the class's MaxShare of the capacity.
+	Limit int
+	// InUse counts permits of the class held; Waiting, its requests waiting.
+	InUse, Waiting int
+	// Acquired, Rejected, TimedOut and Cancelled count admissions by outcome.
+	Acquired, Rejected, TimedOut, Cancelled uint64
+	// WaitTime and HoldTime are as TenantStat's, for the class's requests.
+	WaitTime, HoldTime time.Duration
 }
 
 // Stat is a snapshot of the whole Gate. Counters include evicted tenants.
@@ -48,12 +68,23 @@ type Stat struct {
 	// this process only, because the cluster store was unavailable (fail
 	// open); ClusterErrors, requests failed because of it (fail closed).
 	ClusterLocal, ClusterErrors uint64
+	// Classes has one entry per class, the default class first, with
+	// Config.Classes set; else nil.
+	Classes []ClassStat
 }
 
 // Stat returns a snapshot of the Gate.
 func (g *Gate) Stat() Stat {
+	var classes []ClassStat
+	if len(g.classes) > 1 {
+		classes = make([]ClassStat, 0, len(g.classes)) // allocated unlocked
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for i := 0; i < cap(classes); i++ {
+		c := g.classes[i]
+		classes = append(classes, classStat(c.name, c.share, c.used, c.waiting, &c.counters))
+	}
 	return Stat{
 		Capacity: g.cfg.Capacity, InUse: g.used, Waiting: g.waiting,
 		Tenants: len(g.tenants), Reserved: g.reservedTotal,
@@ -62,6 +93,16 @@ func (g *Gate) Stat() Stat {
 		WaitTime: time.Duration(g.totals.waitTotal), HoldTime: time.Duration(g.totals.holdTotal),
 		Evicted: g.evicted, ReservationsDenied: g.resDenied,
 		ClusterLocal: g.clusterLocal, ClusterErrors: g.clusterErrors,
+		Classes: classes,
+	}
+}
+
+func classStat(name string, limit, inUse, waiting int, c *counters) ClassStat {
+	return ClassStat{
+		Class: name, Limit: limit, InUse: inUse, Waiting: waiting,
+		Acquired: c.outcomes[Acquired], Rejected: c.outcomes[Rejected],
+		TimedOut: c.outcomes[TimedOut], Cancelled: c.outcomes[Cancelled],
+		WaitTime: time.Duration(c.waitTotal), HoldTime: time.Duration(c.holdTotal),
 	}
 }
 
@@ -77,7 +118,7 @@ func (g *Gate) TenantStat(tenantID string) (TenantStat, bool) {
 	if t.planVersion != t.plan.version {
 		g.applyLimitLocked(t)
 	}
-	return t.statLocked(), true
+	return g.tenantStatLocked(t), true
 }
 
 // AppendTenantStat appends a snapshot of every tracked tenant to dst. It
@@ -93,13 +134,13 @@ func (g *Gate) AppendTenantStat(dst []TenantStat) []TenantStat {
 		if t.planVersion != t.plan.version {
 			g.applyLimitLocked(t)
 		}
-		dst = append(dst, t.statLocked())
+		dst = append(dst, g.tenantStatLocked(t))
 	})
 	return dst
 }
 
-func (t *tenant) statLocked() TenantStat {
-	return TenantStat{
+func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
+	s := TenantStat{
 		Tenant: t.id, Plan: t.plan.name,
 		Limit: t.cap, EffectiveLimit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
 		Acquired: t.outcomes[Acquired], Rejected: t.outcomes[Rejected],
@@ -107,6 +148,14 @@ func (t *tenant) statLocked() TenantStat {
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),
 	}
+	if t.wait != nil && len(g.classes) > 1 {
+		s.Classes = make([]ClassStat, len(t.wait.lanes))
+		for i := range t.wait.lanes {
+			l := &t.wait.lanes[i]
+			s.Classes[i] = classStat(l.class.name, g.laneLimitLocked(l), l.inUse, l.waiting(), &l.counters)
+		}
+	}
+	return s
 }
 
 // Plans returns a copy of the plans in force (as configured and changed by

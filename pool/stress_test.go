@@ -20,32 +20,37 @@ import (
 // limits change while many requests are between their tenant slot and the
 // cluster's answer (the interleaving that once granted above a lowered cap).
 func TestStressInvariants(t *testing.T) {
-	t.Run("local", func(t *testing.T) { stress(t, nil, false) })
-	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster(), false) })
+	t.Run("local", func(t *testing.T) { stress(t, nil, false, false) })
+	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster(), false, false) })
 	t.Run("slow-cluster", func(t *testing.T) {
 		mc := newMemCluster()
 		mc.delay = 500 * time.Microsecond
-		stress(t, mc, false)
+		stress(t, mc, false, false)
 	})
-	t.Run("adaptive", func(t *testing.T) { stress(t, nil, true) })
-	t.Run("adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true) })
+	t.Run("adaptive", func(t *testing.T) { stress(t, nil, true, false) })
+	t.Run("adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, false) })
+	t.Run("classes", func(t *testing.T) { stress(t, nil, false, true) })
+	t.Run("classes-adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, true) })
 }
 
 // stress runs the workload; with adaptive, effective limits move all the
 // time too: the slack for jitter is off, the tolerance minimal and probes
-// every millisecond, so cuts, rises and probes race everything else.
-func stress(t *testing.T, mc *memCluster, adaptive bool) {
+// every millisecond, so cuts, rises and probes race everything else. With
+// classes, requests are of two classes besides the default one (and now
+// and then of an unknown one), whose caps inside the tenants and shares of
+// the capacity are checked at every grant as well.
+func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 	var violations, cutSeen, raisedSeen atomic.Int64
-	grantHook = func(g *Gate, tn *tenant) {
+	grantHook = func(g *Gate, tn *tenant, c *classState) {
 		if tn.limit < tn.cap {
 			cutSeen.Add(1)
 		}
 		if tn.ad != nil && tn.limit > g.adaptiveFloorLocked(tn) {
 			raisedSeen.Add(1)
 		}
-		if tn.inUse >= tn.limit || g.used >= g.cfg.Capacity {
+		if v := grantViolation(g, tn, c); v != "" {
 			if violations.Add(1) <= 5 {
-				t.Errorf("grant to %s with %d in use of %d, gate %d of %d", tn.id, tn.inUse, tn.limit, g.used, g.cfg.Capacity)
+				t.Errorf("grant beyond a limit: %s", v)
 			}
 		}
 	}
@@ -79,6 +84,7 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 		},
 		LookupTTL: time.Millisecond,
 		Adaptive:  Adaptive{Enabled: adaptive, MinConns: 1, Tolerance: minAdaptiveTolerance, ProbeInterval: time.Millisecond},
+		Classes:   classesIf(classes),
 	})
 	if mc != nil {
 		g.cfg.Cluster = mc
@@ -106,6 +112,16 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 					d := time.Duration(rng.IntN(300)) * time.Microsecond
 					go func() { time.Sleep(d); cancel() }()
 				}
+				if classes {
+					switch rng.IntN(7) {
+					case 0, 1, 2:
+						actx = WithClass(actx, "batch")
+					case 3:
+						actx = WithClass(actx, "report")
+					case 4:
+						actx = WithClass(actx, "nope")
+					}
+				}
 				p, err := g.Acquire(actx, id)
 				if err == nil {
 					time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
@@ -127,7 +143,11 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 			if err := g.SetTenantLimit(id, rng.IntN(capacity+1)); err != nil {
 				t.Error(err)
 			}
-			if err := g.SetPlan("std", Plan{MaxConns: 1 + rng.IntN(capacity), MaxWaiting: rng.IntN(4), MaxWait: time.Millisecond}); err != nil {
+			p := Plan{MaxConns: 1 + rng.IntN(capacity), MaxWaiting: rng.IntN(4), MaxWait: time.Millisecond}
+			if classes {
+				p.ClassConns = map[string]int{"batch": 1 + rng.IntN(p.MaxConns), "report": 1}
+			}
+			if err := g.SetPlan("std", p); err != nil {
 				t.Error(err)
 			}
 			g.InvalidateTenant(id)
@@ -142,9 +162,14 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 		t.Fatalf("after the run: %d in use, %d waiting", s.InUse, s.Waiting)
 	}
 	g.mu.Lock()
-	if g.reservedFree != g.reservedTotal || g.ring.cursor != nil || g.reserved.head != nil {
-		t.Errorf("bookkeeping off: reservedFree %d reservedTotal %d ring %v line %v",
-			g.reservedFree, g.reservedTotal, g.ring.cursor != nil, g.reserved.head != nil)
+	for _, c := range g.classes {
+		if c.used != 0 || c.waiting != 0 || c.ring.cursor != nil || c.reserved.head != nil {
+			t.Errorf("class %s bookkeeping off: %d used, %d waiting, ring %v, line %v",
+				c.name, c.used, c.waiting, c.ring.cursor != nil, c.reserved.head != nil)
+		}
+	}
+	if g.reservedFree != g.reservedTotal {
+		t.Errorf("bookkeeping off: reservedFree %d reservedTotal %d", g.reservedFree, g.reservedTotal)
 	}
 	g.mu.Unlock()
 	if mc != nil {
@@ -166,5 +191,21 @@ func stress(t *testing.T, mc *memCluster, adaptive bool) {
 	if s.Acquired == 0 || s.Rejected == 0 || s.TimedOut == 0 || s.Cancelled == 0 || s.Evicted == 0 {
 		t.Errorf("the run did not reach every path: %+v", s)
 	}
+	for _, c := range s.Classes {
+		if c.Acquired == 0 || c.Rejected+c.TimedOut == 0 || c.InUse != 0 || c.Waiting != 0 {
+			t.Errorf("class %s: %+v", c.Class, c)
+		}
+	}
 	t.Logf("%+v", s)
+}
+
+// classesIf returns the stress test's classes when on is set, else nil.
+func classesIf(on bool) map[string]Class {
+	if !on {
+		return nil
+	}
+	return map[string]Class{
+		"batch":  {MaxConns: 2, MaxWaiting: 3, MaxWait: time.Millisecond, MaxShare: 0.5},
+		"report": {MaxConns: 1, MaxWaiting: Unbounded, MaxShare: 0.25, MinShare: 0.25},
+	}
 }

@@ -2,20 +2,22 @@ package pool
 
 import (
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
 // planState is a configured plan. Tenants point at it, so SetPlan can change a
 // plan for all its tenants in place.
 type planState struct {
-	name    string
-	Plan           // guarded by Gate.mu
-	weight  int    // guarded by Gate.mu: Plan.Weight, 0 made 1
-	version uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
+	name      string
+	Plan             // guarded by Gate.mu
+	weight    int    // guarded by Gate.mu: Plan.Weight, 0 made 1
+	version   uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
+	classCaps []int  // guarded by Gate.mu: the cap of each class (by index) for the plan's tenants; nil without classes
 }
 
-func newPlanState(name string, p Plan) *planState {
-	return &planState{name: name, Plan: p, weight: max(1, p.Weight)}
+func newPlanState(name string, p Plan, classes []*classState) *planState {
+	return &planState{name: name, Plan: p, weight: max(1, p.Weight), classCaps: classCaps(p, classes)}
 }
 
 // tenant is the state of one tracked tenant. It is kept small (about 150
@@ -33,7 +35,7 @@ type tenant struct {
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
-	wait *contention    // guarded by Gate.mu: nil until the tenant first waits
+	wait *contention    // guarded by Gate.mu: nil until the tenant first waits or uses a class
 	ad   *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
@@ -47,44 +49,88 @@ type tenant struct {
 	counters                       // guarded by Gate.mu
 }
 
-// contention is what a tenant needs while its requests wait.
+// contention is what a tenant needs while its requests wait, or once it
+// uses a class: one lane per class of the Gate, the default class first.
 type contention struct {
-	capQ    list[waiter] // requests over the tenant's limit, waiting for one of its slots
-	globalQ list[waiter] // requests holding a tenant slot, waiting for global capacity
-
-	ringLink      link[tenant] // in the fair ring while globalQ is not empty
-	credit        int          // grants left in the tenant's turn in the ring; kept while it is backlogged
-	resLink       link[tenant] // in the reserved line while globalQ is not empty and inUse < reserved
-	inRing, inRes bool
+	lanes []lane
 }
 
-// contended returns t's contention state, creating it on t's first wait.
-func (t *tenant) contended() *contention {
+// lane is one class's part of one tenant: its permits held and its
+// requests waiting, for the tenant's cap and for global capacity.
+type lane struct {
+	t     *tenant
+	class *classState
+
+	inUse          int          // guarded by Gate.mu: permits of the class the tenant holds
+	clusterPending int          // guarded by Gate.mu: of t.clusterPending, this class's
+	capQ           list[waiter] // requests over the lane's limit or the tenant's cap, waiting for a slot
+	globalQ        list[waiter] // requests holding a tenant slot, waiting for global capacity
+
+	ringLink      link[lane] // in the class's fair ring while globalQ is not empty
+	credit        int        // grants left in the lane's turn in the ring; kept while it is backlogged
+	resLink       link[lane] // in the class's reserved line while globalQ is not empty and t.inUse < t.reserved
+	inRing, inRes bool
+	avgHold       int64 // moving average of the class's measured hold times, ns
+	counters
+}
+
+// contended returns t's contention state, creating it, with n lanes, on
+// t's first wait or class. Every permit t holds then is of the default
+// class, as a class creates the state before its first grant.
+func (t *tenant) contended(classes []*classState) *contention {
 	if t.wait == nil {
-		t.wait = &contention{}
-		t.wait.ringLink.v, t.wait.resLink.v = t, t
+		c := &contention{lanes: make([]lane, len(classes))}
+		for i := range c.lanes {
+			l := &c.lanes[i]
+			l.t, l.class = t, classes[i]
+			l.ringLink.v, l.resLink.v = l, l
+		}
+		c.lanes[0].inUse = t.inUse
+		t.wait = c
 	}
 	return t.wait
 }
 
 // waiting is how many of the tenant's requests wait, at any stage.
 func (t *tenant) waiting() int {
-	if t.wait == nil {
-		return t.clusterPending
+	n := t.clusterPending
+	if t.wait != nil {
+		for i := range t.wait.lanes {
+			l := &t.wait.lanes[i]
+			n += l.capQ.n + l.globalQ.n
+		}
 	}
-	return t.wait.capQ.n + t.wait.globalQ.n + t.clusterPending
+	return n
 }
 
 // held is how many tenant slots are taken: permits in use plus requests
 // waiting for a cluster slot or for global capacity.
 func (t *tenant) held() int {
-	if t.wait == nil {
-		return t.inUse + t.clusterPending
+	n := t.inUse + t.clusterPending
+	if t.wait != nil {
+		for i := range t.wait.lanes {
+			n += t.wait.lanes[i].globalQ.n
+		}
 	}
-	return t.inUse + t.wait.globalQ.n + t.clusterPending
+	return n
 }
 
 func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 }
+
+// held is how many of the tenant's slots the lane takes.
+func (l *lane) held() int { return l.inUse + l.globalQ.n + l.clusterPending }
+
+// waiting is how many of the lane's requests wait, at any stage.
+func (l *lane) waiting() int { return l.capQ.n + l.globalQ.n + l.clusterPending }
+
+// policy is the lane's queue policy: the plan's for the default class, the
+// class's for the others.
+func (l *lane) policy() (maxWaiting int, maxWait time.Duration) {
+	if l.class.index == 0 {
+		return l.t.plan.MaxWaiting, l.t.plan.MaxWait
+	}
+	return l.class.MaxWaiting, l.class.MaxWait
+}
 
 // counters are cumulative, per tenant and for the whole Gate.
 type counters struct {

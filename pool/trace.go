@@ -60,12 +60,16 @@ func (o Outcome) String() string {
 // TraceAcquireEndData describes a finished admission.
 type TraceAcquireEndData struct {
 	Tenant string
+	// Class is the request's class (WithClass), empty for the default class
+	// and for a request whose class is unknown (ErrUnknownClass).
+	Class string
 	// Plan is the tenant's plan; empty when the request failed before the
 	// tenant was resolved.
 	Plan string
 	// Limit and InUse are the tenant's cap and permits held when the request
 	// arrived; EffectiveLimit its effective limit then (Limit unless
-	// Config.Adaptive lowered it).
+	// Config.Adaptive lowered it). For a request of a named class, they are
+	// the class's cap for the tenant and its permits of the class.
 	Limit, EffectiveLimit, InUse int
 	// Position is the request's place in line on arrival: 0 when it was served
 	// without waiting, n when n-1 of the tenant's requests were ahead of it.
@@ -87,6 +91,8 @@ type TraceAcquireEndData struct {
 // TraceReleaseData describes a released permit.
 type TraceReleaseData struct {
 	Tenant, Plan string
+	// Class is the permit's class, empty for the default class.
+	Class string
 	// Hold is how long the permit was held.
 	Hold time.Duration
 }

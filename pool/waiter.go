@@ -7,14 +7,15 @@ package pool
 // (stageCap, after a cut).
 type waiter struct {
 	t           *tenant
-	qlink       link[waiter]  // guarded by Gate.mu: in its tenant's capQ or globalQ
+	l           *lane         // its tenant's lane of its class
+	qlink       link[waiter]  // guarded by Gate.mu: in its lane's capQ or globalQ
 	wake        chan struct{} // buffered, 1
 	stage       waitStage     // guarded by Gate.mu
 	permit      Permit        // guarded by Gate.mu: set when granted
 	outcome     Outcome       // guarded by Gate.mu: set when failed
 	err         error         // guarded by Gate.mu: set when failed
 	enqueued    int64         // clock when it began to wait
-	deadline    int64         // enqueued + the plan's MaxWait, 0 without one
+	deadline    int64         // enqueued + the plan's (or class's) MaxWait, 0 without one
 	expired     bool          // guarded by Gate.mu: deadline passed while it waited for global capacity
 	promoted    int64         // guarded by Gate.mu: clock when it got a tenant slot
 	done        int64         // guarded by Gate.mu: clock when it was granted or failed
@@ -25,16 +26,16 @@ type waiter struct {
 type waitStage uint8
 
 const (
-	stageCap     waitStage = iota // over the tenant's limit, in capQ
+	stageCap     waitStage = iota // over its lane's or tenant's limit, in capQ
 	stageCluster                  // holding a tenant slot, asking Config.Cluster for a cluster slot
 	stageGlobal                   // holding a tenant slot, in globalQ
 	stageDone                     // granted or failed; in no queue
 )
 
-func newWaiter(t *tenant, now int64) *waiter {
-	w := &waiter{t: t, wake: make(chan struct{}, 1), enqueued: now}
+func newWaiter(l *lane, now int64) *waiter {
+	w := &waiter{t: l.t, l: l, wake: make(chan struct{}, 1), enqueued: now}
 	w.qlink.v = w
-	if mw := t.plan.MaxWait; mw > 0 {
+	if _, mw := l.policy(); mw > 0 {
 		w.deadline = now + int64(mw)
 	}
 	return w

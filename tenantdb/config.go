@@ -17,6 +17,15 @@ type Tenant = pool.Tenant
 // PostgreSQL) and raised while they do not. See pool.Adaptive for every field.
 type Adaptive = pool.Adaptive
 
+// Class is a workload class inside every tenant (Config.Classes, WithClass):
+// its cap within the tenant's (MaxConns), its own queue policy (MaxWaiting,
+// MaxWait) and its share of the shared pool (MaxShare, MinShare). See
+// pool.Class for every field.
+type Class = pool.Class
+
+// DefaultClass names the class of calls whose context carries none.
+const DefaultClass = pool.DefaultClass
+
 // Unbounded, as Plan.MaxWaiting, asks for an unbounded per-tenant queue.
 const Unbounded = pool.Unbounded
 

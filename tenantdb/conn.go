@@ -11,7 +11,9 @@ import (
 // the shared connection until Release. It is a small value, so that Acquire
 // allocates nothing: copies refer to the same connection, and releasing any
 // of them releases it once. Like pgxpool.Conn, it is for one goroutine at a
-// time, and must not be used after Release. Its statements run for the
+// time. After Release every use of it, of its copies and of the Tx, Rows,
+// Row and BatchResults it handed out fails with ErrConnReleased: the
+// connection may be another tenant's by then. Its statements run for the
 // tenant it was acquired for, with Config.Session's scope, whatever tenant
 // their own contexts carry.
 //
@@ -21,7 +23,8 @@ import (
 // with ErrRevoked; statements of a pgx.Tx or pgx.Rows obtained from it
 // before are cancelled, not refused. Release it as usual.
 type Conn struct {
-	h held
+	h   held
+	ref liveRef // shared by the copies; the zero Conn's is nil, and released
 }
 
 // Acquire takes a slot for the tenant in ctx and a connection from the shared
@@ -37,7 +40,7 @@ func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 		h.release(nil)
 		return Conn{}, err
 	}
-	return Conn{h: h}, nil
+	return Conn{h: h, ref: newLiveRef()}, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns
@@ -52,24 +55,37 @@ func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 }
 
 // Release returns the connection to the shared pool and the slot to the
-// tenant. Only the first call (on any copy) has an effect: pgxpool's Conns
-// are never reused and permits carry a generation. A connection that broke
-// is closed by pgxpool, and the slot is returned all the same.
-func (c Conn) Release() { c.h.release(nil) }
+// tenant. Only the first call (on any copy) has an effect. A connection
+// that broke, or is returned busy or inside a transaction, is closed by
+// pgxpool, and the slot is returned all the same.
+func (c Conn) Release() {
+	if c.ref.end() {
+		c.h.release(nil)
+	}
+}
 
 // Hijack takes the connection out of the shared pool; the caller must close
 // it. The tenant's slot is returned at once, since the pool no longer counts
 // the connection. It keeps the tenant's session state: nothing resets it,
-// since it never returns to the pool.
+// since it never returns to the pool. The Conn is released by it: Hijack of
+// a released Conn panics, as pgxpool's does.
 func (c Conn) Hijack() *pgx.Conn {
+	if !c.ref.end() {
+		panic("tenantdb: Hijack of a released Conn")
+	}
 	c.h.guard.stop()
-	conn := c.h.conn.Hijack() // a later Release of c is then a no-op for pgxpool
+	conn := c.h.conn.Hijack()
 	c.h.permit.Release()
+	c.h.db.done() // the connection stays counted in the budget until it is closed
 	return conn
 }
 
-// revoked returns ErrRevoked once the Conn's cluster slot was revoked.
-func (c Conn) revoked() error {
+// usable returns ErrConnReleased after the Conn's Release and ErrRevoked
+// once its cluster slot was revoked.
+func (c Conn) usable() error {
+	if c.ref.life == nil || c.ref.stale() {
+		return ErrConnReleased
+	}
 	if c.h.guard.isRevoked() {
 		return ErrRevoked
 	}
@@ -78,7 +94,7 @@ func (c Conn) revoked() error {
 
 // Exec runs sql on the connection.
 func (c Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := c.h.run.exec(ctx, sql, args)
@@ -88,39 +104,36 @@ func (c Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 // Query runs sql on the connection. The rows do not hold a slot of their own:
 // the Conn does.
 func (c Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return errRows{err}, err
 	}
 	rows, batch, err := c.h.run.query(ctx, sql, args)
-	if err != nil || batch == nil {
+	if err != nil {
 		return rows, c.h.guard.wrap(err)
 	}
-	return &tenantRows{Rows: rows, batch: batch}, nil
+	return &tenantRows{Rows: rows, batch: batch, ref: c.ref}, nil
 }
 
 // QueryRow runs sql on the connection.
 func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return errRow{err}
 	}
 	row, batch := c.h.run.queryRow(ctx, sql, args)
-	if batch == nil {
-		return row
-	}
-	return &tenantRow{row: row, batch: batch}
+	return &tenantRow{row: row, batch: batch, ref: c.ref}
 }
 
 // SendBatch sends b on the connection.
 func (c Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return c.h.run.sendBatch(ctx, b)
+	return &connBatch{BatchResults: c.h.run.sendBatch(ctx, b), ref: c.ref}
 }
 
 // CopyFrom copies rows into tableName on the connection.
 func (c Conn) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return 0, err
 	}
 	n, err := c.h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
@@ -135,21 +148,30 @@ func (c Conn) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // BeginTx starts a transaction with txOptions on the connection.
 func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return nil, err
 	}
 	tx, err := c.h.run.begin(ctx, txOptions)
-	return tx, c.h.guard.wrap(err)
+	if err != nil {
+		return nil, c.h.guard.wrap(err)
+	}
+	return &connTx{Tx: tx, ref: c.ref}, nil
 }
 
 // Ping checks the connection.
 func (c Conn) Ping(ctx context.Context) error {
-	if err := c.revoked(); err != nil {
+	if err := c.usable(); err != nil {
 		return err
 	}
 	return c.h.guard.wrap(c.h.conn.Ping(ctx))
 }
 
-// Conn returns the underlying *pgx.Conn. Statements sent on it directly do
-// not get ScopeTransaction's setting.
-func (c Conn) Conn() *pgx.Conn { return c.h.conn.Conn() }
+// Conn returns the underlying *pgx.Conn, or nil after Release. Statements
+// sent on it directly do not get ScopeTransaction's setting, and nothing
+// stops them after Release: do not keep it.
+func (c Conn) Conn() *pgx.Conn {
+	if c.ref.life == nil || c.ref.stale() {
+		return nil
+	}
+	return c.h.conn.Conn()
+}

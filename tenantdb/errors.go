@@ -1,6 +1,10 @@
 package tenantdb
 
-import "github.com/tenantdb/tenantdb/pool"
+import (
+	"errors"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
 
 var (
 	// ErrOverLimit is matched by every *OverLimitError: the tenant was at its
@@ -9,9 +13,30 @@ var (
 
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = pool.ErrClosed
+
+	// ErrUnknownClass is returned (wrapped) by a call whose context names a
+	// class (WithClass) that is not one of Config.Classes, or a malformed one.
+	ErrUnknownClass = pool.ErrUnknownClass
 )
 
 // OverLimitError reports a request refused because its tenant is at its cap.
 // Its Tenant, Limit and RetryAfter fields say who, at what cap and when to come
 // back; WriteOverLimit turns it into HTTP 429 with Retry-After.
 type OverLimitError = pool.OverLimitError
+
+// ErrConnReleased is returned by every use of a Conn after its Release (or
+// Hijack), of any copy of it, and of the Tx, Rows, Row and BatchResults it
+// handed out: the connection may be another holder's by then. The zero
+// Conn returns it too.
+var ErrConnReleased = errors.New("tenantdb: the Conn was released")
+
+// ErrCannotRunInTransaction is matched, together with PostgreSQL's own
+// error (SQLSTATE 25001), by a statement that cannot run inside a
+// transaction block (CREATE INDEX CONCURRENTLY, DROP INDEX CONCURRENTLY,
+// VACUUM, CREATE DATABASE) sent under ScopeTransaction, which runs every
+// statement in a transaction that carries the tenant's settings. Nothing of
+// the call ran. Run such statements on Pool.Pgxpool (no tenant, names
+// qualified with their schema) or on a Pool with ScopeSession.
+var ErrCannotRunInTransaction = errors.New("tenantdb: the statement cannot run inside a transaction block, " +
+	"and ScopeTransaction runs every statement in one: run it through Pool.Pgxpool (on no tenant's behalf, " +
+	"with schema-qualified names) or with ScopeSession")

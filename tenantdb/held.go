@@ -17,6 +17,7 @@ type held struct {
 	permit pool.Permit
 	guard  *revokeGuard
 	run    runner
+	db     *dbUse // the tenant's database with Config.Database, else nil
 }
 
 // hold admits the tenant in ctx and acquires a shared connection for it.
@@ -24,6 +25,13 @@ type held struct {
 // ErrRevoked if the cluster lease is revoked: the work runs under it. On
 // every failure, and on a panic in a hook, nothing stays held.
 func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
+	var dbName string
+	if p.dbs != nil {
+		var err error
+		if dbName, err = p.dbs.resolve(ctx); err != nil {
+			return ctx, held{}, err
+		}
+	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return ctx, held{}, err
@@ -36,7 +44,18 @@ func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
 		}
 	}()
 	ctx, h.guard = guardRevocation(ctx, permit)
-	if h.conn, err = p.pg.Acquire(ctx); err != nil {
+	pg := p.pg
+	if p.dbs != nil {
+		if h.db, err = p.dbs.acquire(dbName); err != nil {
+			return ctx, held{}, err
+		}
+		pg = h.db.pg
+	}
+	if h.conn, err = pg.Acquire(ctx); err != nil {
+		if h.db != nil {
+			id, _ := TenantFrom(ctx)
+			err = h.db.connectError(id, err)
+		}
 		return ctx, held{}, h.guard.wrap(err)
 	}
 	h.guard.attach(h.conn)
@@ -60,6 +79,7 @@ func (h *held) release(err *error) {
 		h.conn = nil
 	}
 	h.permit.Release()
+	h.db.done()
 	if err != nil {
 		*err = h.guard.wrap(*err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate
+	dbs  *databases // nil without Config.Database
 
 	session *sessionSetup
 
@@ -62,6 +64,9 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		return nil, fmt.Errorf("tenantdb: %w: Capacity is the pgxpool.Config's MaxConns %d; leave it 0, got %d",
 			pool.ErrInvalidConfig, pgxCfg.MaxConns, cfg.Capacity)
 	}
+	if err := validateDatabases(cfg, pgxCfg); err != nil {
+		return nil, err
+	}
 	cfg.Capacity = int(pgxCfg.MaxConns)
 	gate, err := pool.New(cfg)
 	if err != nil {
@@ -75,19 +80,32 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 			pgxCfg.ConnConfig.Tracer = qt
 		}
 	}
-	session := &sessionSetup{cfg: cfg.Session}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	session := &sessionSetup{cfg: cfg.Session, logger: logger}
 	session.install(pgxCfg)
+	idleTTL := cfg.IdleTTL
+	if idleTTL <= 0 {
+		idleTTL = 5 * time.Minute
+	}
+	var dbs *databases
+	if cfg.Database != nil {
+		dbs = newDatabases(pgxCfg.Copy(), cfg, idleTTL)
+		dbs.admin = &database{name: pgxCfg.ConnConfig.Database, d: dbs}
+		dbs.wrapTemplate(pgxCfg, dbs.admin)
+	}
 	pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
 	if err != nil {
 		gate.Close()
 		return nil, fmt.Errorf("tenantdb: %w", err)
 	}
-	p := &Pool{pg: pg, gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
-	p.warnSizing(cfg)
-	idleTTL := cfg.IdleTTL
-	if idleTTL <= 0 {
-		idleTTL = 5 * time.Minute
+	if dbs != nil {
+		dbs.admin.pg = pg
 	}
+	p := &Pool{pg: pg, gate: gate, dbs: dbs, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
+	p.warnSizing(cfg)
 	p.swept.Add(1)
 	go p.sweepIdle(max(idleTTL/2, time.Millisecond))
 	return p, nil
@@ -105,6 +123,9 @@ func (p *Pool) sweepIdle(every time.Duration) {
 			return
 		case <-tick.C:
 			p.gate.EvictIdle()
+			if p.dbs != nil {
+				p.dbs.evictIdle()
+			}
 		}
 	}
 }
@@ -117,6 +138,10 @@ func (p *Pool) Close() {
 		p.gate.Close()
 		close(p.stop)
 		p.swept.Wait()
+		if p.dbs != nil {
+			p.dbs.close() // closes p.pg too
+			return
+		}
 		p.pg.Close()
 	})
 }
@@ -149,6 +174,15 @@ func (p *Pool) Ping(ctx context.Context) error {
 		}
 		return p.pg.Ping(ctx)
 	}
+	if p.dbs != nil {
+		ctx, h, err := p.hold(ctx)
+		if err != nil {
+			return err
+		}
+		err = h.conn.Ping(ctx)
+		h.release(&err)
+		return err
+	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return err
@@ -168,14 +202,16 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
 	conns := make([]Conn, len(idle))
 	for i, c := range idle {
-		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}} // the zero Permit's Release does nothing
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}, ref: newLiveRef()} // the zero Permit's Release does nothing
 	}
 	return conns
 }
 
 // Pgxpool returns the shared pgxpool. Calls made on it directly bypass the
 // tenant bulkheads (they still count against MaxConns): it is for health
-// checks, migrations and what tenantdb does not wrap.
+// checks, migrations and what tenantdb does not wrap. With Config.Database
+// it is the pool of the pgxpool.Config's own database, whose connections
+// count in the budget with every tenant database's.
 func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 
 // Gate returns the Pool's admission gate: change limits at runtime with its
@@ -188,8 +224,14 @@ func (p *Pool) Gate() *pool.Gate { return p.gate }
 // Config returns a copy of the pgxpool's configuration.
 func (p *Pool) Config() *pgxpool.Config { return p.pg.Config() }
 
-// Reset closes every connection in the shared pool, as pgxpool.Pool.Reset.
-func (p *Pool) Reset() { p.pg.Reset() }
+// Reset closes every connection in the shared pool, as pgxpool.Pool.Reset;
+// with Config.Database, in every database's.
+func (p *Pool) Reset() {
+	if p.dbs != nil {
+		p.dbs.each(func(db *database) { db.pg.Reset() })
+	}
+	p.pg.Reset()
+}
 
 // Stat is the shared pgxpool's statistics plus the tenant gate's totals.
 type Stat struct {

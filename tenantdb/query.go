@@ -69,16 +69,21 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // tenantRows releases what it holds (the connection and slot of a Pool's
 // Query, or the batch of a statement under ScopeTransaction) once the rows
 // are done: on Close, when Next reports the end, and on a Scan or Values
-// error, after which pgx's rows are closed.
+// error, after which pgx's rows are closed. Rows of a Conn end, untouched,
+// with ErrConnReleased once the Conn is released.
 type tenantRows struct {
 	pgx.Rows
 	h     held
 	batch pgx.BatchResults // ScopeTransaction's batch, or nil
-	err   error            // the batch's Close error
+	ref   liveRef          // the Conn's, or zero for a Pool's Query
+	err   error            // the batch's Close error, or ErrConnReleased
 	done  bool
 }
 
 func (r *tenantRows) Next() bool {
+	if !r.live() {
+		return false
+	}
 	if r.Rows.Next() {
 		return true
 	}
@@ -87,6 +92,9 @@ func (r *tenantRows) Next() bool {
 }
 
 func (r *tenantRows) Scan(dest ...any) error {
+	if !r.live() {
+		return r.err
+	}
 	err := r.Rows.Scan(dest...)
 	if err != nil {
 		r.release()
@@ -95,6 +103,9 @@ func (r *tenantRows) Scan(dest ...any) error {
 }
 
 func (r *tenantRows) Values() ([]any, error) {
+	if !r.live() {
+		return nil, r.err
+	}
 	v, err := r.Rows.Values()
 	if err != nil {
 		r.release()
@@ -102,14 +113,48 @@ func (r *tenantRows) Values() ([]any, error) {
 	return v, err
 }
 
-func (r *tenantRows) Close() { r.release() }
+func (r *tenantRows) RawValues() [][]byte {
+	if !r.live() {
+		return nil
+	}
+	return r.Rows.RawValues()
+}
+
+func (r *tenantRows) Conn() *pgx.Conn {
+	if !r.live() {
+		return nil
+	}
+	return r.Rows.Conn()
+}
+
+func (r *tenantRows) Close() {
+	if r.live() {
+		r.release()
+	}
+}
 
 func (r *tenantRows) Err() error {
+	if !r.live() {
+		return r.err
+	}
 	err := r.Rows.Err()
 	if err == nil {
 		err = r.err
 	}
 	return r.h.guard.wrap(err)
+}
+
+// live reports whether the rows' Conn (if any) is still held; rows of a
+// released Conn are done with ErrConnReleased, without touching pgx's rows,
+// whose connection may be another holder's now.
+func (r *tenantRows) live() bool {
+	if !r.ref.stale() {
+		return true
+	}
+	if !r.done {
+		r.done, r.err = true, ErrConnReleased
+	}
+	return false
 }
 
 func (r *tenantRows) release() {
@@ -161,14 +206,19 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 // tenantRow releases what it holds when it is scanned, also if a Scanner
-// panics.
+// panics. A row of a Conn fails with ErrConnReleased, untouched, once the
+// Conn is released.
 type tenantRow struct {
 	row   pgx.Row
 	h     held
 	batch pgx.BatchResults // ScopeTransaction's batch, or nil
+	ref   liveRef          // the Conn's, or zero for a Pool's QueryRow
 }
 
 func (r *tenantRow) Scan(dest ...any) (err error) {
+	if err := r.ref.err(); err != nil {
+		return err
+	}
 	defer r.release(&err)
 	return r.row.Scan(dest...)
 }

@@ -2,7 +2,8 @@ package tenantdb
 
 import (
 	"context"
-	"strings"
+	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -10,9 +11,12 @@ import (
 
 // runner runs one tenant's statements on a held connection. With
 // ScopeTransaction, local is the statement that sets the tenant's values for
-// the current transaction, and every statement outside an explicit
-// transaction is sent together with it, in one implicit transaction and one
-// round trip; otherwise local is "" and statements go to pgx as they are.
+// the current transaction, and every statement is sent together with it, in
+// one round trip: outside an explicit transaction in one implicit
+// transaction, inside one as part of it. A transaction that failed gets no
+// setting (PostgreSQL would refuse it, and ROLLBACK or ROLLBACK TO
+// SAVEPOINT with it); its statements go to pgx as they are, as do all
+// statements when local is "".
 type runner struct {
 	conn  *pgx.Conn
 	local string
@@ -24,12 +28,25 @@ func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, erro
 		return runner{conn: conn}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
-	exprs, err := s.values(tenant, true)
-	if err != nil || len(exprs) == 0 {
+	local, err := s.localStatement(tenant, conn.PgConn())
+	if err != nil {
 		return runner{conn: conn}, err
 	}
-	return runner{conn: conn, local: "select " + strings.Join(exprs, ", ")}, nil
+	return runner{conn: conn, local: local}, nil
 }
+
+// sets reports whether the next statement must carry the tenant's setting:
+// with ScopeTransaction, unless the connection's transaction has failed.
+func (r runner) sets() bool {
+	return r.local != "" && r.conn.PgConn().TxStatus() != txFailed
+}
+
+// The transaction status of a connection, as PostgreSQL reports it in
+// ReadyForQuery.
+const (
+	txIdle   = 'I'
+	txFailed = 'E'
+)
 
 // withLocal returns a batch that runs the tenant's setting and then sql.
 func (r runner) withLocal(sql string, args []any) *pgx.Batch {
@@ -40,13 +57,15 @@ func (r runner) withLocal(sql string, args []any) *pgx.Batch {
 }
 
 // exec runs sql. Without arguments it keeps pgx's simple protocol, so that
-// sql may hold several statements; the setting is put in front of them.
+// sql may hold several statements; the setting is put in front of them, or
+// right after a leading BEGIN (see WithLocalSettings).
 func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
 	switch {
-	case r.local == "":
+	case !r.sets():
 		return r.conn.Exec(ctx, sql, args...)
 	case len(args) == 0:
-		return r.conn.Exec(ctx, r.local+";\n"+sql)
+		tag, err := r.conn.Exec(ctx, WithLocalSettings(sql, r.local))
+		return tag, inTransactionBlock(err)
 	}
 	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
 	_, err := br.Exec()
@@ -54,13 +73,13 @@ func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.Comman
 	if err == nil {
 		tag, err = br.Exec()
 	}
-	return tag, closeBatch(br, err)
+	return tag, inTransactionBlock(closeBatch(br, err))
 }
 
 // query runs sql. With ScopeTransaction it also returns the batch it was
 // sent in, to be closed after the rows.
 func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pgx.BatchResults, error) {
-	if r.local == "" {
+	if !r.sets() {
 		rows, err := r.conn.Query(ctx, sql, args...)
 		return rows, nil, err
 	}
@@ -71,7 +90,8 @@ func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pg
 	rows, err := br.Query()
 	if err != nil {
 		rows.Close()
-		return errRows{err}, nil, closeBatch(br, err)
+		err = inTransactionBlock(closeBatch(br, err))
+		return errRows{err}, nil, err
 	}
 	return rows, br, nil
 }
@@ -79,7 +99,7 @@ func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pg
 // queryRow runs sql for one row. With ScopeTransaction it also returns the
 // batch it was sent in, to be closed after the row is scanned.
 func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, pgx.BatchResults) {
-	if r.local == "" {
+	if !r.sets() {
 		return r.conn.QueryRow(ctx, sql, args...), nil
 	}
 	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
@@ -94,7 +114,7 @@ func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, 
 // batch that begins a transaction (pgx.Batch.BeginTx) keeps the setting in
 // it, since a BEGIN turns the implicit transaction into an explicit one.
 func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if r.local == "" {
+	if !r.sets() {
 		return r.conn.SendBatch(ctx, b)
 	}
 	b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: r.local}}, b.QueuedQueries...)
@@ -128,10 +148,17 @@ func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	return tx, nil
 }
 
-// copyFrom runs COPY. With ScopeTransaction it runs in a transaction of its
-// own that carries the setting, since COPY cannot share a batch.
+// copyFrom runs COPY. With ScopeTransaction, COPY cannot share a batch:
+// outside a transaction it runs in a transaction of its own that carries the
+// setting; inside one it runs in it, after the setting.
 func (r runner) copyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if r.local == "" {
+	if !r.sets() {
+		return r.conn.CopyFrom(ctx, table, columns, src)
+	}
+	if r.conn.PgConn().TxStatus() != txIdle {
+		if _, err := r.conn.Exec(ctx, r.local); err != nil {
+			return 0, err
+		}
 		return r.conn.CopyFrom(ctx, table, columns, src)
 	}
 	tx, err := r.begin(ctx, pgx.TxOptions{})
@@ -144,6 +171,17 @@ func (r runner) copyFrom(ctx context.Context, table pgx.Identifier, columns []st
 		return 0, err
 	}
 	return n, tx.Commit(ctx)
+}
+
+// inTransactionBlock makes err match ErrCannotRunInTransaction when
+// PostgreSQL refused a statement because ScopeTransaction put it in a
+// transaction block.
+func inTransactionBlock(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25001" {
+		return fmt.Errorf("%w: %w", ErrCannotRunInTransaction, err)
+	}
+	return err
 }
 
 // closeBatch closes br and returns err, or Close's error if err is nil.

@@ -3,7 +3,9 @@ package tenantdb
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,7 +53,9 @@ const (
 )
 
 // sessionEnabled reports whether s sets anything.
-func sessionEnabled(s Session) bool { return s.TenantSetting != "" || s.SearchPath != nil }
+func sessionEnabled(s Session) bool {
+	return s.TenantSetting != "" || s.SearchPath != nil || s.Role != nil
+}
 
 // maxIdentifierLen is the longest name PostgreSQL keeps (NAMEDATALEN - 1);
 // it truncates longer ones silently.
@@ -63,14 +67,16 @@ func validateSession(s Session, mode pgx.QueryExecMode) error {
 	if s.Scope != ScopeSession && s.Scope != ScopeTransaction {
 		return fmt.Errorf("%w: Session.Scope %d is neither ScopeSession nor ScopeTransaction", pool.ErrInvalidConfig, s.Scope)
 	}
-	if s.Scope == ScopeTransaction && s.SearchPath != nil &&
-		(mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe) {
-		// pgx parses a new statement in a round trip of its own, before
-		// the transaction that sets the search_path: names would resolve
-		// in the session's default path.
-		return fmt.Errorf("%w: Session.SearchPath with ScopeTransaction needs ConnConfig.DefaultQueryExecMode "+
-			"pgx.QueryExecModeExec or pgx.QueryExecModeSimpleProtocol (got %v): the cached modes parse statements "+
-			"before the tenant's search_path is set", pool.ErrInvalidConfig, mode)
+	if s.Scope == ScopeTransaction && mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol {
+		// The other modes parse or describe a statement in a round trip
+		// of its own, before the transaction that pins the role and the
+		// search_path, and (the cached ones) as a named prepared
+		// statement, which a transaction pooler may not have on the
+		// server connection the next transaction gets.
+		return fmt.Errorf("%w: Session.Scope ScopeTransaction needs ConnConfig.DefaultQueryExecMode "+
+			"pgx.QueryExecModeExec or pgx.QueryExecModeSimpleProtocol (got %v): the other modes parse statements "+
+			"outside the transaction that sets the tenant's values, and the cached ones keep prepared statements "+
+			"that a transaction pooler does not carry from one server connection to another", pool.ErrInvalidConfig, mode)
 	}
 	if name := s.TenantSetting; name != "" && !validCustomSetting(name) {
 		return fmt.Errorf("%w: Session.TenantSetting %q must be a custom setting name like \"app.tenant_id\": "+
@@ -106,38 +112,59 @@ func validCustomSetting(name string) bool {
 
 // sessionSetup holds the Session and builds the statements that apply it.
 type sessionSetup struct {
-	cfg Session
+	cfg    Session
+	logger *slog.Logger // Config.Logger or slog.Default
+
+	probed atomic.Bool // whether a connection was checked for a proxy
 }
 
 // values returns the SQL expressions that set tenant's values, local to the
 // transaction or for the session, as literals (nil when Session sets
-// nothing). It touches no connection, so its errors leave the connection
+// nothing). Transaction-local values always pin the role and the
+// search_path too: the tenant's, or the login role and defaultPath (see
+// localPath). It touches no connection, so its errors leave the connection
 // as it was.
-func (s *sessionSetup) values(tenant string, local bool) ([]string, error) {
+func (s *sessionSetup) values(tenant string, local bool, defaultPath string) ([]string, error) {
 	var exprs []string
-	if s.cfg.TenantSetting != "" {
-		exprs = append(exprs, setConfig(s.cfg.TenantSetting, quoteLiteral(tenant), local))
-	}
-	if s.cfg.SearchPath != nil {
-		path, err := s.path(tenant)
+	if s.cfg.Role != nil || local {
+		role, err := s.role(tenant)
 		if err != nil {
 			return nil, err
 		}
+		exprs = append(exprs, setConfig("role", quoteLiteral(role), local))
+	}
+	if s.cfg.TenantSetting != "" {
+		exprs = append(exprs, setConfig(s.cfg.TenantSetting, quoteLiteral(tenant), local))
+	}
+	if s.cfg.SearchPath != nil || local {
+		var path string
+		if s.cfg.SearchPath != nil {
+			var err error
+			if path, err = s.path(tenant); err != nil {
+				return nil, err
+			}
+		}
 		switch {
+		case local && path == "":
+			exprs = append(exprs, setConfig("search_path", quoteLiteral(defaultPath), true))
+		case local:
+			exprs = append(exprs, setConfig("search_path", quoteLiteral(path+", pg_temp"), true))
 		case path != "":
-			exprs = append(exprs, setConfig("search_path", quoteLiteral(path), local))
-		case !local:
+			exprs = append(exprs, setConfig("search_path", quoteLiteral(path), false))
+		default:
 			// The role's default: a scalar subquery, evaluated only here,
 			// never for a tenant with a path.
 			exprs = append(exprs, setConfig("search_path",
-				"(select reset_val from pg_settings where name = 'search_path')", local))
+				"(select reset_val from pg_catalog.pg_settings where name = 'search_path')", false))
 		}
 	}
 	return exprs, nil
 }
 
+// setConfig calls set_config by its schema, so that a function of that name
+// in a schema that a session put on its search_path cannot stand in for it.
 func setConfig(name, value string, local bool) string {
-	return fmt.Sprintf("set_config('%s', %s, %t)", name, value, local)
+	return fmt.Sprintf("pg_catalog.set_config('%s', %s, %t)", name, value, local)
 }
 
 // quoteLiteral quotes s as an escape string literal, whose meaning does not
@@ -163,18 +190,52 @@ func (s *sessionSetup) path(tenant string) (string, error) {
 	}
 	quoted := make([]string, len(schemas))
 	for i, name := range schemas {
-		switch {
-		case name == "":
-			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned an empty schema name", tenant)
-		case len(name) > maxIdentifierLen:
-			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned schema %q of %d bytes; "+
-				"PostgreSQL truncates names to %d bytes, so two tenants could share it", tenant, name, len(name), maxIdentifierLen)
-		case strings.IndexByte(name, 0) >= 0:
-			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned a schema name with a NUL byte", tenant)
+		if err := checkName("Session.SearchPath", "schema", tenant, name); err != nil {
+			return "", err
+		}
+		if name == "pg_temp" {
+			return "", fmt.Errorf("tenantdb: Session.SearchPath for tenant %q returned pg_temp, which PostgreSQL reads as "+
+				"the session's temporary schema, where any statement of the session can put a table", tenant)
 		}
 		quoted[i] = pgx.Identifier{name}.Sanitize()
 	}
 	return strings.Join(quoted, ", "), nil
+}
+
+// checkName refuses a name (of a schema or role that fn returned for
+// tenant) that PostgreSQL would refuse or silently truncate.
+func checkName(fn, what, tenant, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("tenantdb: %s for tenant %q returned an empty %s name", fn, tenant, what)
+	case len(name) > maxIdentifierLen:
+		return fmt.Errorf("tenantdb: %s for tenant %q returned %s %q of %d bytes; "+
+			"PostgreSQL truncates names to %d bytes, so two tenants could share it", fn, tenant, what, name, len(name), maxIdentifierLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("tenantdb: %s for tenant %q returned a %s name with a NUL byte", fn, tenant, what)
+	}
+	return nil
+}
+
+// role returns the role tenant's statements run as: Role's, or "none" (as
+// SET ROLE NONE: the login role) without a tenant or a Role.
+func (s *sessionSetup) role(tenant string) (name string, err error) {
+	if tenant == "" || s.cfg.Role == nil {
+		return "none", nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tenantdb: Session.Role panicked for tenant %q: %v", tenant, r)
+		}
+	}()
+	name = s.cfg.Role(tenant)
+	if err := checkName("Session.Role", "role", tenant, name); err != nil {
+		return "", err
+	}
+	if name == "none" {
+		return "", fmt.Errorf("tenantdb: Session.Role for tenant %q returned \"none\", which PostgreSQL reads as the login role", tenant)
+	}
+	return name, nil
 }
 
 // searchPath calls the user's SearchPath, turning a panic into an error: a
@@ -214,20 +275,31 @@ func (s *sessionSetup) sessionValues(tenant string) (string, error) {
 	if s.cfg.Scope != ScopeSession {
 		return "", nil
 	}
-	exprs, err := s.values(tenant, false)
+	exprs, err := s.values(tenant, false, "")
 	if err != nil || len(exprs) == 0 {
 		return "", err
 	}
 	return "select " + strings.Join(exprs, ", "), nil
 }
 
-// install chains the hook before the pgxCfg's own PrepareConn (or its
-// deprecated BeforeAcquire, which pgxpool ignores once PrepareConn is set),
-// so that the user's hook sees the tenant's state. A panic in the user's
-// hook fails the acquire with an error and destroys the connection, instead
-// of leaking it inside pgxpool.
+// install chains the hooks before the pgxCfg's own: connect before its
+// AfterConnect, and prepare before its PrepareConn (or its deprecated
+// BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
+// the user's hook sees the tenant's state. A panic in the user's
+// PrepareConn fails the acquire with an error and destroys the connection,
+// instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 	pgxCfg.ConnConfig.AfterNetConnect = wrapWire(pgxCfg.ConnConfig.AfterNetConnect)
+	if after := pgxCfg.AfterConnect; after == nil {
+		pgxCfg.AfterConnect = s.connect
+	} else {
+		pgxCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if err := s.connect(ctx, c); err != nil {
+				return err
+			}
+			return after(ctx, c)
+		}
+	}
 	own := pgxCfg.PrepareConn
 	if own == nil && pgxCfg.BeforeAcquire != nil {
 		before := pgxCfg.BeforeAcquire

@@ -111,26 +111,43 @@ type ServerSizing struct {
 	// Processes is how many processes were said to run this pool;
 	// Demand is Processes × MaxConns.
 	Processes, Demand int
+	// BehindPooler reports that the connection reached the server through
+	// a pooler or proxy (the server's process ID differs from the one the
+	// connection was given at start, which PgBouncer makes up for its
+	// clients). The pooler's own limit on server connections (PgBouncer's
+	// default_pool_size, a Supavisor pool size) is then what the processes
+	// share, and CheckServer cannot see it: Fits compares with the
+	// server's limit only.
+	BehindPooler bool
 }
 
-// Fits reports whether Demand fits in MaxConnections.
+// Fits reports whether Demand fits in MaxConnections. Behind a pooler
+// (BehindPooler) compare Demand with the pooler's limit too.
 func (s ServerSizing) Fits() bool { return s.Demand <= s.MaxConnections }
 
 // CheckServer asks the server for max_connections (on a shared connection,
 // counted against no tenant) and compares it with processes × MaxConns, the
-// connections that many processes running this pool may open. ctx governs
-// the query. Leave room for your other clients too.
+// connections that many processes running this pool may open; it also
+// reports whether a pooler stands between (BehindPooler), whose limit it
+// cannot see. ctx governs the acquire and the query. Leave room for your
+// other clients too.
 func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, error) {
 	if processes < 1 {
 		return ServerSizing{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)
 	}
 	s := ServerSizing{Processes: processes, Demand: processes * p.gate.Capacity()}
-	err := p.pg.QueryRow(withoutTenant(ctx),
-		"select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int").
-		Scan(&s.MaxConnections)
+	c, err := p.pg.Acquire(withoutTenant(ctx))
 	if err != nil {
 		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
 	}
+	defer c.Release()
+	var pid uint32
+	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
+		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)
+	if err != nil {
+		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
+	}
+	s.BehindPooler = pid != c.Conn().PgConn().PID()
 	return s, nil
 }
 

@@ -2,9 +2,10 @@ package tenantdb
 
 import (
 	"context"
-	"strings"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/pool"
 )
@@ -12,13 +13,16 @@ import (
 // Slot is one of a tenant's slots taken without a connection, for adapters
 // that get their connections from the shared pool themselves, such as
 // package tenantsql (database/sql): take the Slot, acquire from
-// Pool.Pgxpool with the same context (so that Config.Session sets the
+// Slot.Pgxpool with the same context (so that Config.Session sets the
 // tenant's state), and give both back. A Slot is for one connection.
 type Slot struct {
 	permit  pool.Permit
-	g       *revokeGuard // nil without a revocable cluster lease
+	pg      *pgxpool.Pool // the tenant's database's with Config.Database, else the shared
+	db      *dbUse        // nil without Config.Database
+	g       *revokeGuard  // nil without a revocable cluster lease
 	tenant  string
-	session *sessionSetup // the Pool's, for LocalSettings
+	session *sessionSetup  // the Pool's, for LocalSettings
+	conn    *pgconn.PgConn // Attach's
 }
 
 // Admit takes a slot for the tenant in ctx, as every Pool call does first:
@@ -26,14 +30,34 @@ type Slot struct {
 // cap, ErrClosed after Close. ctx governs the wait for the slot only. The
 // caller must Release the Slot on every path.
 func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
+	var dbName string
+	if p.dbs != nil {
+		var err error
+		if dbName, err = p.dbs.resolve(ctx); err != nil {
+			return nil, err
+		}
+	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return nil, err
 	}
-	id, _ := TenantFrom(ctx)
-	_, g := guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
-	return &Slot{permit: permit, g: g, tenant: id, session: p.session}, nil
+	s := &Slot{permit: permit, pg: p.pg, session: p.session}
+	if p.dbs != nil {
+		if s.db, err = p.dbs.acquire(dbName); err != nil {
+			permit.Release()
+			return nil, err
+		}
+		s.pg = s.db.pg
+	}
+	s.tenant, _ = TenantFrom(ctx)
+	_, s.g = guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
+	return s, nil
 }
+
+// Pgxpool returns the pgxpool to acquire the slot's connection from: with
+// Config.Database the tenant's database's, else the shared one
+// (Pool.Pgxpool).
+func (s *Slot) Pgxpool() *pgxpool.Pool { return s.pg }
 
 // Tenant returns the tenant the slot was taken for.
 func (s *Slot) Tenant() string { return s.tenant }
@@ -43,11 +67,11 @@ func (s *Slot) Tenant() string { return s.tenant }
 // transaction (ScopeTransaction).
 func (p *Pool) Session() Session { return p.session.cfg }
 
-// Attach names the connection the slot's work runs on: if the tenant's
-// cluster-wide slot is revoked (see ErrRevoked), PostgreSQL is asked to
-// cancel the statement running on it. Without a revocable lease it does
-// nothing.
+// Attach names the connection the slot's work runs on, for LocalSettings
+// and, if the tenant's cluster-wide slot is revoked (see ErrRevoked), for
+// PostgreSQL to cancel the statement running on it.
 func (s *Slot) Attach(c *pgconn.PgConn) {
+	s.conn = c
 	if s.g == nil {
 		return
 	}
@@ -71,21 +95,23 @@ func (s *Slot) Detach() { s.g.stop() }
 func (s *Slot) Release() {
 	s.g.stop()
 	s.permit.Release()
+	s.db.done()
 }
 
 // LocalSettings returns the statement that sets the slot's tenant's values
-// (Config.Session) for the current transaction, as the pgx API sends with
-// every statement under ScopeTransaction, for an adapter to run first in
-// each transaction its statements run in. It returns "" when the Pool's
-// Session is not scoped to transactions or sets nothing; its error is
-// Session.SearchPath's.
+// (Config.Session) for the current transaction on the attached connection,
+// pinning the role and the search_path, as the pgx API sends with every
+// statement under ScopeTransaction, for an adapter to run first in each
+// transaction its statements run in. It returns "" when the Pool's Session
+// is not scoped to transactions or sets nothing; its error is
+// Session.SearchPath's or Session.Role's, or says that no connection of the
+// Pool's pgxpool is attached.
 func (s *Slot) LocalSettings() (string, error) {
 	if !s.session.transactional() {
 		return "", nil
 	}
-	exprs, err := s.session.values(s.tenant, true)
-	if err != nil || len(exprs) == 0 {
-		return "", err
+	if s.conn == nil {
+		return "", fmt.Errorf("tenantdb: Slot.LocalSettings before Attach")
 	}
-	return "select " + strings.Join(exprs, ", "), nil
+	return s.session.localStatement(s.tenant, s.conn)
 }

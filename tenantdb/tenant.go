@@ -25,3 +25,19 @@ func WithTenant(ctx context.Context, tenantID string) context.Context {
 func TenantFrom(ctx context.Context) (string, bool) {
 	return pool.TenantFrom(ctx)
 }
+
+// WithClass returns a copy of ctx whose calls are admitted as work of class
+// name, one of Config.Classes: at most the class's MaxConns of the tenant's
+// connections and its MaxShare of the shared pool, queued by the class's
+// policy. A name that is not configured fails each call with
+// ErrUnknownClass. It is pool.WithClass, so a class set for a pool.Runner
+// job or by poolhttp is seen here.
+func WithClass(ctx context.Context, name string) context.Context {
+	return pool.WithClass(ctx, name)
+}
+
+// ClassFrom returns the class ctx carries, and false when it carries none.
+// It is pool.ClassFrom.
+func ClassFrom(ctx context.Context) (string, bool) {
+	return pool.ClassFrom(ctx)
+}

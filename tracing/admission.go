@@ -123,10 +123,13 @@ func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) 
 func endAcquireSpan(span trace.Span, d pool.TraceAcquireEndData) {
 	// One SetAttributes call: the SDK grows and deduplicates the span's
 	// attributes on each.
-	attrs := make([]attribute.KeyValue, 0, 13)
+	attrs := make([]attribute.KeyValue, 0, 14)
 	if d.Plan != "" { // empty when the request failed before the tenant was resolved
 		attrs = append(attrs, PlanKey.String(d.Plan), LimitKey.Int(d.Limit),
 			EffectiveLimitKey.Int(d.EffectiveLimit), InUseKey.Int(d.InUse))
+	}
+	if d.Class != "" {
+		attrs = append(attrs, ClassKey.String(d.Class))
 	}
 	attrs = append(attrs,
 		QueuePositionKey.Int(d.Position),

@@ -16,7 +16,12 @@ const (
 	// PlanKey is the tenant's plan: on admission spans, and on metrics
 	// labelled ByPlan.
 	PlanKey = attribute.Key("tenantdb.tenant.plan")
-	// LimitKey is the tenant's cap when the request arrived.
+	// ClassKey is the request's workload class (pool.WithClass) on admission
+	// spans, set only for a named class; on the per-class metrics it is
+	// every class, "default" for work without one.
+	ClassKey = attribute.Key("tenantdb.class")
+	// LimitKey is the tenant's cap when the request arrived (for a request
+	// of a named class, the class's cap for the tenant).
 	LimitKey = attribute.Key("tenantdb.tenant.limit")
 	// EffectiveLimitKey is the tenant's effective limit when the request
 	// arrived: its cap, or its adaptive limit below it (tenantdb.Config.Adaptive).

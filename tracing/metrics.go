@@ -27,6 +27,16 @@ type instruments struct {
 	tenantWait         metric.Float64Histogram
 	tenantUse          metric.Float64Histogram
 	tenantLeaks        metric.Int64Counter
+
+	// Per-class instruments (pool.Config.Classes), observed from the
+	// Gate's stats: no work on the admission path, and at most
+	// pool.MaxClasses+1 class labels.
+	classCount      metric.Int64ObservableUpDownCounter
+	classPending    metric.Int64ObservableUpDownCounter
+	classMax        metric.Int64ObservableUpDownCounter
+	classAdmissions metric.Int64ObservableCounter
+	classWait       metric.Float64ObservableCounter
+	classUse        metric.Float64ObservableCounter
 }
 
 // durationBuckets are the explicit histogram boundaries, in seconds, that the
@@ -101,6 +111,30 @@ func (in *instruments) create(m metric.Meter) error {
 	in.tenantLeaks, err = m.Int64Counter("tenantdb.tenant.connection.leaks",
 		metric.WithUnit("{connection}"),
 		metric.WithDescription("Connections held past the leak-detection threshold."))
+	check(err)
+	in.classCount, err = m.Int64ObservableUpDownCounter("tenantdb.class.connection.count",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections a workload class holds, all tenants together."))
+	check(err)
+	in.classPending, err = m.Int64ObservableUpDownCounter("tenantdb.class.connection.pending_requests",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("A class's requests waiting for a tenant slot or a shared connection."))
+	check(err)
+	in.classMax, err = m.Int64ObservableUpDownCounter("tenantdb.class.connection.max",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A class's share of the shared pool (Class.MaxShare of MaxConns)."))
+	check(err)
+	in.classAdmissions, err = m.Int64ObservableCounter("tenantdb.class.connection.admissions",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("A class's admissions by outcome: acquired, rejected, timed_out, cancelled."))
+	check(err)
+	in.classWait, err = m.Float64ObservableCounter("tenantdb.class.connection.wait_time",
+		metric.WithUnit("s"),
+		metric.WithDescription("Total time a class's requests waited for admission."))
+	check(err)
+	in.classUse, err = m.Float64ObservableCounter("tenantdb.class.connection.use_time",
+		metric.WithUnit("s"),
+		metric.WithDescription("Total time a class held connections (estimated from a sample where not timed)."))
 	check(err)
 	return errors.Join(errs...)
 }

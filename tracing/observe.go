@@ -66,7 +66,9 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 
 	reg, err := t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		conns(o)
-		o.ObserveInt64(t.connPending, int64(g.Stat().Waiting), t.poolObs...)
+		gs := g.Stat()
+		o.ObserveInt64(t.connPending, int64(gs.Waiting), t.poolObs...)
+		t.observeClasses(o, gs.Classes)
 		// A fresh slice each time: with several readers the SDK may run
 		// this callback concurrently, and collections are rare.
 		for _, pt := range t.labels.collect(g.AppendTenantStat(nil)) {
@@ -78,7 +80,8 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 			}
 		}
 		return nil
-	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax)
+	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax,
+		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse)
 	if err != nil {
 		t.mu.Lock()
 		t.observing = false
@@ -96,4 +99,25 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 		})
 		return err
 	}, nil
+}
+
+// observeClasses reports the per-class gauges and totals, labelled with the
+// pool name and ClassKey; admissions also with OutcomeKey. A Gate without
+// classes has none to report.
+func (t *Tracer) observeClasses(o metric.Observer, classes []pool.ClassStat) {
+	for _, c := range classes {
+		attrs := append(t.poolAttrs[:len(t.poolAttrs):len(t.poolAttrs)], ClassKey.String(c.Class))
+		obs := metric.WithAttributes(attrs...)
+		o.ObserveInt64(t.classCount, int64(c.InUse), obs)
+		o.ObserveInt64(t.classPending, int64(c.Waiting), obs)
+		o.ObserveInt64(t.classMax, int64(c.Limit), obs)
+		o.ObserveFloat64(t.classWait, c.WaitTime.Seconds(), obs)
+		o.ObserveFloat64(t.classUse, c.HoldTime.Seconds(), obs)
+		for _, a := range [...]struct {
+			o pool.Outcome
+			n uint64
+		}{{pool.Acquired, c.Acquired}, {pool.Rejected, c.Rejected}, {pool.TimedOut, c.TimedOut}, {pool.Cancelled, c.Cancelled}} {
+			o.ObserveInt64(t.classAdmissions, int64(a.n), metric.WithAttributes(append(attrs, OutcomeKey.String(a.o.String()))...))
+		}
+	}
 }

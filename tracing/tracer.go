@@ -34,6 +34,7 @@ type Tracer struct {
 	poolAdd   []metric.AddOption
 	poolRec   []metric.RecordOption
 	poolObs   []metric.ObserveOption
+	poolAttrs []attribute.KeyValue   // the pool name
 	usedObs   []metric.ObserveOption // pool name, state=used
 	idleObs   []metric.ObserveOption // pool name, state=idle
 
@@ -79,6 +80,7 @@ func New(opts ...Option) *Tracer {
 	t.spanAttrs = append([]attribute.KeyValue{poolName}, cfg.attrs...)
 	t.labels = newLabeler(cfg.cardinality, []attribute.KeyValue{poolName})
 	poolSet := attribute.NewSet(poolName)
+	t.poolAttrs = []attribute.KeyValue{poolName}
 	t.poolAdd = []metric.AddOption{metric.WithAttributeSet(poolSet)}
 	t.poolRec = []metric.RecordOption{metric.WithAttributeSet(poolSet)}
 	t.poolObs = []metric.ObserveOption{metric.WithAttributeSet(poolSet)}

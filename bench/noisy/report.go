@@ -53,6 +53,9 @@ func markdownTable(rs []result, scale float64) string {
 		if r.Errors > 0 {
 			rejected += fmt.Sprintf(", %d errors: %s", r.Errors, r.FirstError)
 		}
+		if r.MostBatch > 0 {
+			rejected += fmt.Sprintf(" (batch held at most %d; %.2f of the pool on average while it had waiters)", r.MostBatch, r.BatchShare)
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %s |\n",
 			r.Scenario, r.Tenant, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.Completed, rejected, fmtDur(r.Makespan))
 	}

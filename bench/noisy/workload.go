@@ -162,6 +162,11 @@ type result struct {
 	// (Tenant names it): P50 and P99 are then the quiet tenant's, Makespan
 	// the noisy load's, all medians over rounds.
 	Oracle *oracleStats `json:"oracle,omitempty"`
+	// BatchShare is the mean share of the shared pool the batch class held
+	// while some of its requests waited, MostBatch the most it held (the
+	// class-* scenarios' noisy rows).
+	BatchShare float64 `json:"batch_share,omitempty"`
+	MostBatch  int     `json:"most_batch,omitempty"`
 }
 
 func (o *outcome) result(scenario, tenant string) result {

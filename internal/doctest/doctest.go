@@ -71,15 +71,22 @@ func Section(t testing.TB, heading string) string {
 // GoBlocks returns the ```go blocks of a section, each ending in a newline.
 func GoBlocks(t testing.TB, section string) []string {
 	t.Helper()
+	return Blocks(t, section, "go")
+}
+
+// Blocks returns the fenced blocks of language lang (```sql) of a section,
+// each ending in a newline.
+func Blocks(t testing.TB, section, lang string) []string {
+	t.Helper()
 	var blocks []string
 	for {
-		_, code, ok := strings.Cut(section, "\n```go\n")
+		_, code, ok := strings.Cut(section, "\n```"+lang+"\n")
 		if !ok {
 			return blocks
 		}
 		code, section, ok = strings.Cut(code, "\n```\n")
 		if !ok {
-			t.Fatalf("a Go block is not closed: %.60q", code)
+			t.Fatalf("a %s block is not closed: %.60q", lang, code)
 		}
 		blocks = append(blocks, code+"\n")
 	}
@@ -91,6 +98,12 @@ func GoBlocks(t testing.TB, section string) []string {
 // laid in through a build overlay, so nothing is written into the tree. what
 // names the code in the failure.
 func Build(t testing.TB, what string, files map[string]string) {
+	t.Helper()
+	build(t, what, files, os.DevNull)
+}
+
+// build is Build, writing the executable (of a single main package) to out.
+func build(t testing.TB, what string, files map[string]string, out string) {
 	t.Helper()
 	root, dir := Root(t), t.TempDir()
 	replace := map[string]string{}
@@ -115,7 +128,7 @@ func Build(t testing.TB, what string, files map[string]string) {
 	if err != nil {
 		t.Fatal("no go command to compile the documentation with:", err)
 	}
-	cmd := exec.Command(goCmd, append([]string{"build", "-overlay=" + overlayFile, "-o", os.DevNull}, sortedKeys(pkgs)...)...)
+	cmd := exec.Command(goCmd, append([]string{"build", "-overlay=" + overlayFile, "-o", out}, sortedKeys(pkgs)...)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOPROXY=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -123,8 +136,9 @@ func Build(t testing.TB, what string, files map[string]string) {
 	}
 }
 
-// Root returns the module root: the nearest directory above the working
-// directory that holds go.mod.
+// Root returns the root module's directory: the nearest directory above the
+// working directory whose go.mod declares github.com/tenantdb/tenantdb, so
+// that tests in the nested modules read the same documentation.
 func Root(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -132,12 +146,12 @@ func Root(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/tenantdb/tenantdb\n") {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
+			t.Fatal("no go.mod of github.com/tenantdb/tenantdb above the working directory")
 		}
 		dir = parent
 	}
@@ -165,9 +179,26 @@ func sortedKeys[V any](m map[string]V) []string {
 // complete program ("package main"), as package dir of the module.
 func BuildProgram(t testing.TB, heading, dir string) {
 	t.Helper()
+	Build(t, fmt.Sprintf("the %q block", heading), map[string]string{dir + "/main.go": program(t, heading)})
+}
+
+// BuildExecutable builds the first Go block under heading, a complete
+// program, as package dir of the module, and returns the executable's path
+// (in a temporary directory), for a test to run it as a user would.
+func BuildExecutable(t testing.TB, heading, dir string) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), filepath.Base(dir))
+	build(t, fmt.Sprintf("the %q block", heading), map[string]string{dir + "/main.go": program(t, heading)}, exe)
+	return exe
+}
+
+// program returns the first Go block under heading, which must be a
+// complete program.
+func program(t testing.TB, heading string) string {
+	t.Helper()
 	blocks := GoBlocks(t, Section(t, heading))
 	if len(blocks) == 0 || !strings.HasPrefix(blocks[0], "package main\n") {
 		t.Fatalf("%q: want a Go block that is a complete program starting with \"package main\"", heading)
 	}
-	Build(t, fmt.Sprintf("the %q block", heading), map[string]string{dir + "/main.go": blocks[0]})
+	return blocks[0]
 }

@@ -34,9 +34,18 @@ import (
 // tenant is called once per request, from the request's goroutine; it should
 // authenticate the caller (a verified token's claim, not a header a client
 // may choose freely).
-func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error)) func(http.Handler) http.Handler {
+//
+// A request is admitted as work of the class its context carries
+// (pool.WithClass, set by an outer middleware), or of the class that the
+// ClassOf option gives its route; the handler's request carries it on, so
+// the database calls made with r.Context() are of that class too.
+func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error), opts ...Option) func(http.Handler) http.Handler {
 	if g == nil || tenant == nil {
 		panic("poolhttp: Middleware needs a Gate and a tenant func")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +55,11 @@ func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error)) func(h
 				return
 			}
 			ctx := pool.WithTenant(r.Context(), id)
+			if o.classOf != nil {
+				if class := o.classOf(r); class != "" {
+					ctx = pool.WithClass(ctx, class)
+				}
+			}
 			permit, err := g.Acquire(ctx, id)
 			if err != nil {
 				WriteError(w, err)
@@ -57,9 +71,27 @@ func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error)) func(h
 	}
 }
 
+// Option configures Middleware.
+type Option func(*options)
+
+type options struct {
+	classOf func(*http.Request) string
+}
+
+// ClassOf makes Middleware admit each request as work of the class that
+// classOf returns for it (one of the Gate's Config.Classes), such as
+// "batch" for an import endpoint: by r.Pattern when Middleware wraps each
+// route's handler, by r.URL.Path when it wraps a whole mux. An empty result
+// keeps the request's class (the default class unless an outer middleware
+// set one). A class the Gate does not have fails the request with 500.
+func ClassOf(classOf func(r *http.Request) string) Option {
+	return func(o *options) { o.classOf = classOf }
+}
+
 // WriteError writes the response Middleware gives a request that was not
 // admitted because of err, an error from pool.Gate.Acquire: 429 with
-// Retry-After for an over-limit error, 401 for an invalid tenant, 503 for
+// Retry-After for an over-limit error, 401 for an invalid tenant, 500 for
+// an unknown class (a route mapped to a class the Gate lacks), 503 for
 // anything else. It returns the status written.
 func WriteError(w http.ResponseWriter, err error) int {
 	var ole *pool.OverLimitError
@@ -71,6 +103,9 @@ func WriteError(w http.ResponseWriter, err error) int {
 	case errors.Is(err, pool.ErrInvalidTenant):
 		http.Error(w, "invalid tenant", http.StatusUnauthorized)
 		return http.StatusUnauthorized
+	case errors.Is(err, pool.ErrUnknownClass):
+		http.Error(w, "internal server error", http.StatusInternalServerError)
+		return http.StatusInternalServerError
 	default:
 		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 		return http.StatusServiceUnavailable

@@ -293,3 +293,56 @@ func TestMiddlewareRejectsFast(t *testing.T) {
 		t.Fatalf("50 rejections took %v, 50 trivial served requests %v: rejecting should cost about as much", rejected, served)
 	}
 }
+
+// TestMiddlewareClassPerRoute: with ClassOf, an import route's requests are
+// batch work, held to the batch cap and queued by the batch policy, while
+// the tenant's other routes still get its remaining slots; the handler's
+// context carries the class on. A route mapped to a class the Gate lacks
+// gets 500 and holds nothing.
+func TestMiddlewareClassPerRoute(t *testing.T) {
+	g := newGate(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"std": {MaxConns: 2}},
+		Classes: map[string]pool.Class{"batch": {MaxConns: 1, MaxWaiting: 5}}})
+	h := newBlocking()
+	classes := make(chan string, 8)
+	mux := http.NewServeMux()
+	mux.Handle("/import", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := pool.ClassFrom(r.Context())
+		classes <- c
+		h.ServeHTTP(w, r)
+	}))
+	mux.Handle("/", h)
+	srv := newServer(t, poolhttp.Middleware(g, headerTenant, poolhttp.ClassOf(func(r *http.Request) string {
+		switch r.URL.Path {
+		case "/import":
+			return "batch"
+		case "/typo":
+			return "bacth"
+		}
+		return ""
+	}))(mux))
+	c := newClient(t)
+	ctx := context.Background()
+
+	imp := getAsync(ctx, c, srv.URL+"/import", "acme")
+	<-h.tenants
+	if got := <-classes; got != "batch" {
+		t.Fatalf("the import handler's class %q, want batch", got)
+	}
+	queued := getAsync(ctx, c, srv.URL+"/import", "acme")
+	eventually(t, "a second import queues at the batch cap", waiting(g, "acme", 1))
+	read := getAsync(ctx, c, srv.URL+"/", "acme") // not behind the import queue
+	<-h.tenants
+	if r := get(ctx, c, srv.URL+"/typo", "acme"); r.status != http.StatusInternalServerError {
+		t.Fatalf("a route of an unknown class: %d, want 500", r.status)
+	}
+	close(h.release)
+	for _, ch := range []<-chan result{imp, queued, read} {
+		if r := <-ch; r.status != http.StatusOK {
+			t.Fatalf("status %d, %v", r.status, r.err)
+		}
+	}
+	if s := tenantStat(g, "acme"); len(s.Classes) != 2 || s.Classes[1].Acquired != 2 || s.Classes[0].Acquired != 1 {
+		t.Fatalf("per-class admissions: %+v", s.Classes)
+	}
+	eventually(t, "nothing held", inUse(g, "acme", 0))
+}

@@ -41,18 +41,24 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	local, err := slot.LocalSettings()
-	if err != nil {
-		slot.Release()
-		return err
+	pgc := cn.c.pg
+	if pg := slot.Pgxpool(); pg != cn.c.p.Pgxpool() { // Config.Database: the tenant's database
+		pgc = stdlib.GetPoolConnector(pg, cn.c.stdlibOpts...)
 	}
-	dc, err := cn.c.pg.Connect(ctx)
+	dc, err := pgc.Connect(ctx)
 	if err != nil {
 		slot.Release()
 		return err
 	}
 	pg := dc.(*stdlib.Conn)
 	slot.Attach(pg.Conn().PgConn())
+	local, err := slot.LocalSettings()
+	if err != nil {
+		slot.Detach()
+		_ = pg.Close()
+		slot.Release()
+		return err
+	}
 	cn.slot, cn.pg, cn.local = slot, pg, local
 	return nil
 }
@@ -95,11 +101,17 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	if err := cn.ready(ctx); err != nil {
 		return nil, err
 	}
+	if cn.local != "" && cn.idle() {
+		// Parsed now, outside a transaction, the statement would resolve
+		// its names before the tenant's search_path is set: it is sent
+		// with its arguments, in each call's transaction, instead.
+		return &localStmt{cn: cn, query: query}, nil
+	}
 	st, err := cn.pg.PrepareContext(ctx, query)
 	if err != nil || cn.local == "" {
 		return st, cn.wrap(err)
 	}
-	return &localStmt{Stmt: st.(*stdlib.Stmt), cn: cn, query: query}, nil
+	return &localStmt{st: st.(*stdlib.Stmt), cn: cn, query: query}, nil
 }
 
 // Close returns the shared connection to the pgxpool and the slot to the

@@ -3,11 +3,15 @@ package tenantsql
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
 // commitTimeout bounds the COMMIT sent when a query's rows are closed, which
@@ -25,7 +29,7 @@ func (cn *conn) execLocal(ctx context.Context, query string, args []driver.Named
 	var tag pgconn.CommandTag
 	var err error
 	if len(args) == 0 {
-		tag, err = c.Exec(ctx, cn.local+";\n"+query)
+		tag, err = c.Exec(ctx, tenantdb.WithLocalSettings(query, cn.local))
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(cn.local)
@@ -42,7 +46,7 @@ func (cn *conn) execLocal(ctx context.Context, query string, args []driver.Named
 		if pgconn.SafeToRetry(err) {
 			return nil, driver.ErrBadConn // nothing was sent: database/sql may retry on a new connection
 		}
-		return nil, err
+		return nil, inTransactionBlock(err)
 	}
 	return driver.RowsAffected(tag.RowsAffected()), nil
 }
@@ -61,7 +65,7 @@ func (cn *conn) queryLocal(ctx context.Context, query string, args []driver.Name
 	rows, err := cn.pg.QueryContext(ctx, query, args)
 	if err != nil {
 		cn.endLocal("rollback")
-		return nil, err
+		return nil, inTransactionBlock(err)
 	}
 	return &localRows{Rows: rows.(*stdlib.Rows), cn: cn}, nil
 }
@@ -99,11 +103,33 @@ func (r *localRows) Close() error {
 }
 
 // localStmt is a prepared statement that runs through the connection's
-// ScopeTransaction paths.
+// ScopeTransaction paths. Prepared outside a transaction it is not
+// prepared on the server (st is nil): PostgreSQL would resolve its names
+// in the session's search_path, not the tenant's. database/sql then learns
+// its number of arguments only from the server's error.
 type localStmt struct {
-	*stdlib.Stmt
+	st    *stdlib.Stmt // prepared inside a transaction, or nil
 	cn    *conn
 	query string
+}
+
+var (
+	_ driver.StmtExecContext  = (*localStmt)(nil)
+	_ driver.StmtQueryContext = (*localStmt)(nil)
+)
+
+func (s *localStmt) Close() error {
+	if s.st == nil {
+		return nil
+	}
+	return s.st.Close()
+}
+
+func (s *localStmt) NumInput() int {
+	if s.st == nil {
+		return -1
+	}
+	return s.st.NumInput()
 }
 
 func (s *localStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
@@ -112,6 +138,36 @@ func (s *localStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (
 
 func (s *localStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	return s.cn.QueryContext(ctx, s.query, args)
+}
+
+// Exec and Query are database/sql's calls without a context, which it
+// makes only for drivers without the Context forms.
+func (s *localStmt) Exec(args []driver.Value) (driver.Result, error) {
+	return s.ExecContext(context.Background(), named(args))
+}
+
+func (s *localStmt) Query(args []driver.Value) (driver.Rows, error) {
+	return s.QueryContext(context.Background(), named(args))
+}
+
+// named numbers args as database/sql does.
+func named(args []driver.Value) []driver.NamedValue {
+	out := make([]driver.NamedValue, len(args))
+	for i, v := range args {
+		out[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+	}
+	return out
+}
+
+// inTransactionBlock makes err match tenantdb.ErrCannotRunInTransaction
+// when PostgreSQL refused a statement (CREATE INDEX CONCURRENTLY, VACUUM)
+// because ScopeTransaction put it in a transaction block.
+func inTransactionBlock(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25001" {
+		return fmt.Errorf("%w: %w", tenantdb.ErrCannotRunInTransaction, err)
+	}
+	return err
 }
 
 // values returns the arguments' values, as stdlib passes them to pgx.

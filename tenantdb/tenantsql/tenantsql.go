@@ -20,7 +20,14 @@
 // transaction carries them in its implicit transaction, a QueryContext
 // outside one runs in a transaction committed when its Rows are closed,
 // BeginTx sets them after BEGIN, and prepared statements take the same
-// paths. A transaction begun with an SQL BEGIN of your own does not get them.
+// paths: one prepared outside a transaction is sent with its arguments on
+// each call, not prepared on the server, where its names would resolve
+// before the tenant's search_path is set. A transaction begun with an SQL
+// BEGIN (or START TRANSACTION) of your own, sent with ExecContext on an
+// sql.Conn, gets them right after it, in the same round trip; do not send
+// one with QueryContext. Statements that cannot run inside a transaction
+// block (CREATE INDEX CONCURRENTLY, VACUUM) fail with
+// tenantdb.ErrCannotRunInTransaction there.
 //
 // A call without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
 // health check as tenantdb.Pool.Ping is. Over-limit, no-tenant and

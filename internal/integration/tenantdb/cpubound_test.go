@@ -38,7 +38,7 @@ func startCPUPostgres(t *testing.T) *tenantdbtest.Postgres {
 	t.Helper()
 	return tenantdbtest.StartPostgres(t,
 		tenantdbtest.WithCPUSet("1"),
-		tenantdbtest.WithInitScripts("../testdata/cpu_bound.sql"),
+		tenantdbtest.WithInitScripts("../../../testdata/cpu_bound.sql"),
 		tenantdbtest.WithSetting("max_parallel_workers_per_gather", "0"),
 		tenantdbtest.WithSetting("jit", "off"))
 }

@@ -139,13 +139,33 @@ func TestSessionSettingNames(t *testing.T) {
 	if !errors.Is(err, pool.ErrInvalidConfig) {
 		t.Errorf("Scope 7: err = %v, want ErrInvalidConfig", err)
 	}
-	// The cached modes parse a statement before ScopeTransaction's
-	// search_path is set.
-	_, err = tenantdb.New(context.Background(), pgxConfig(t, sharedPG, 2), tenantdb.Config{
-		Session: tenantdb.Session{SearchPath: func(string) []string { return nil }, Scope: tenantdb.ScopeTransaction},
-	})
-	if !errors.Is(err, pool.ErrInvalidConfig) || !strings.Contains(err.Error(), "QueryExecModeExec") {
-		t.Errorf("SearchPath, ScopeTransaction and the cached statement mode: err = %v, want ErrInvalidConfig naming the mode", err)
+	// The cached modes parse a statement before ScopeTransaction's role
+	// and search_path are pinned, and a transaction pooler does not carry
+	// their prepared statements: refused with or without a SearchPath.
+	for _, s := range []tenantdb.Session{
+		{SearchPath: func(string) []string { return nil }, Scope: tenantdb.ScopeTransaction},
+		{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+	} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+			pcfg := pgxConfig(t, sharedPG, 2)
+			pcfg.ConnConfig.DefaultQueryExecMode = mode
+			_, err = tenantdb.New(context.Background(), pcfg, tenantdb.Config{Session: s})
+			if !errors.Is(err, pool.ErrInvalidConfig) || !strings.Contains(err.Error(), "QueryExecModeExec") {
+				t.Errorf("ScopeTransaction (SearchPath %t) in %v: err = %v, want ErrInvalidConfig naming the mode", s.SearchPath != nil, mode, err)
+			}
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		pcfg := pgxConfig(t, sharedPG, 2)
+		pcfg.ConnConfig.DefaultQueryExecMode = mode
+		p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+			Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+		})
+		if err != nil {
+			t.Errorf("ScopeTransaction in %v: %v", mode, err)
+			continue
+		}
+		p.Close()
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenantdb/tenantdb/internal/integration/testmain"
 	"github.com/tenantdb/tenantdb/internal/pgtest"
-	"github.com/tenantdb/tenantdb/internal/testmain"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"

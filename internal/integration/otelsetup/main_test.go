@@ -3,7 +3,7 @@ package otelsetup_test
 import (
 	"testing"
 
-	"github.com/tenantdb/tenantdb/internal/testmain"
+	"github.com/tenantdb/tenantdb/internal/integration/testmain"
 )
 
 // TestMain fails the run when a test leaves a goroutine behind: an exporter

@@ -23,7 +23,7 @@ var scopeTx = tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.S
 // write only their tenant's rows, and every slot is back afterwards.
 func TestScopeTransactionPaths(t *testing.T) {
 	dsn := setupRLS(t)
-	p := newPool(t, dsn, 2, tenantdb.Plan{MaxConns: 1}, scopeTx)
+	p := newPool(t, dsn+"&default_query_exec_mode=exec", 2, tenantdb.Plan{MaxConns: 1}, scopeTx)
 	db := openDB(t, p)
 	count := func(tenant string) (n int) {
 		t.Helper()

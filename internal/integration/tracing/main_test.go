@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenantdb/tenantdb/internal/testmain"
+	"github.com/tenantdb/tenantdb/internal/integration/testmain"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 

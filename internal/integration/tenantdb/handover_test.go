@@ -101,18 +101,26 @@ func TestHandoverAddsNoRoundTrip(t *testing.T) {
 		"ScopeSession":     {TenantSetting: "app.tenant_id"},
 		"ScopeTransaction": {TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
 	}
-	rawWrites := new(atomic.Int64)
-	rcfg := pgxConfig(t, sharedPG, 1)
-	countWrites(rcfg, rawWrites)
-	raw, err := pgxpool.NewWithConfig(context.Background(), rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(raw.Close)
 	for name, session := range sessions {
 		t.Run(name, func(t *testing.T) {
+			// ScopeTransaction needs an exec mode that parses nothing
+			// outside the transaction; pgxpool runs in the same mode.
+			mode := pgx.QueryExecModeCacheStatement
+			if session.Scope == tenantdb.ScopeTransaction {
+				mode = pgx.QueryExecModeExec
+			}
+			rawWrites := new(atomic.Int64)
+			rcfg := pgxConfig(t, sharedPG, 1)
+			rcfg.ConnConfig.DefaultQueryExecMode = mode
+			countWrites(rcfg, rawWrites)
+			raw, err := pgxpool.NewWithConfig(context.Background(), rcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(raw.Close)
 			writes := new(atomic.Int64)
 			pcfg := pgxConfig(t, sharedPG, 1)
+			pcfg.ConnConfig.DefaultQueryExecMode = mode
 			countWrites(pcfg, writes)
 			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
 				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},

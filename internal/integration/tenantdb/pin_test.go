@@ -1,0 +1,191 @@
+package tenantdb_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/internal/pgtest"
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// setupPins creates pin_docs under a row-level security policy on
+// app.tenant_id (a has 2 rows, b 1), a schema pin_private whose pin_docs
+// holds every tenant's rows without a policy, and bypassRole (of
+// sessionstate_test.go); it returns a DSN for rlsRole.
+func setupPins(t *testing.T) string {
+	t.Helper()
+	return pgtest.AppRole(t, sharedPG.DSN, rlsRole, `
+drop table if exists pin_docs;
+drop schema if exists pin_private cascade;
+create table pin_docs (tenant text not null, body text not null);
+alter table pin_docs enable row level security;
+alter table pin_docs force row level security;
+create policy tenant_isolation on pin_docs using (tenant = current_setting('app.tenant_id', true));
+insert into pin_docs values ('a', 'a1'), ('a', 'a2'), ('b', 'b1');
+create schema pin_private;
+create table pin_private.pin_docs as select * from pin_docs;
+do $$ begin
+	if not exists (select from pg_roles where rolname = '`+bypassRole+`') then
+		create role `+bypassRole+` nologin bypassrls;
+	end if;
+end $$;
+grant `+bypassRole+` to `+rlsRole+`;
+grant select on pin_docs to `+rlsRole+`, `+bypassRole+`;
+grant usage on schema pin_private to `+rlsRole+`;
+grant select on pin_private.pin_docs to `+rlsRole+`;
+`)
+}
+
+// pinRead is tenant b's read: the tenants of the pin_docs rows it sees (b's
+// own: "b") and the role it runs as.
+const pinRead = "select coalesce(string_agg(tenant, ',' order by tenant), ''), current_user::text from pin_docs"
+
+// TestScopeTransactionPinsRoleAndSearchPath reproduces issue 25's table
+// through PgBouncer in pool_mode=transaction with two server connections:
+// while tenant a's code runs one session-level statement in a loop, tenant
+// b's reads on three goroutines must see only b's rows, as the login role.
+//
+// Each case first runs b's reads with the tenant setting alone (what
+// ScopeTransaction sent before it pinned the role and the search_path) and
+// requires that some see a's rows: the proof that the case leaves what it
+// is meant to leave. Then the same reads through the Pool must see none.
+func TestScopeTransactionPinsRoleAndSearchPath(t *testing.T) {
+	setupPins(t)
+	cases := []struct{ name, leftover string }{
+		{"set role to a role with BYPASSRLS", "set role " + bypassRole},
+		{"a temporary table in front of the real one", "create temp table if not exists pin_docs as select * from pin_docs"},
+		{"set search_path", "set search_path = pin_private, public"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
+				tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
+				tenantdbtest.WithPoolSize(2),
+				tenantdbtest.WithPgBouncerUser(rlsRole, "app"))
+			bdsn := bouncer.DSNFor(rlsRole, "app") + "&default_query_exec_mode=exec"
+			pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: bdsn}, 8)
+			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 4}},
+				Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			// The setting alone, in the statement's implicit transaction.
+			settingOnly := rawPoolOn(t, bdsn, 4)
+			readSettingOnly := func(ctx context.Context) pgx.Row {
+				b := &pgx.Batch{}
+				b.Queue("select set_config('app.tenant_id', 'b', true)")
+				b.Queue(pinRead)
+				return batchRow{settingOnly.SendBatch(ctx, b)}
+			}
+			readPool := func(ctx context.Context) pgx.Row { return p.QueryRow(tenantdb.WithTenant(ctx, "b"), pinRead) }
+
+			before := pinRun(t, p, c.leftover, readSettingOnly)
+			t.Logf("with the setting alone, %d of %d reads of b saw other rows or ran as another role: %v",
+				before.leaks(), before.statements, before.wrong)
+			if before.leaks() == 0 {
+				t.Fatalf("no read of %d saw what a left: the test cannot see the leak it is for", before.statements)
+			}
+			after := pinRun(t, p, c.leftover, readPool)
+			t.Logf("through the Pool, %d of %d reads of b saw other rows or ran as another role: %v",
+				after.leaks(), after.statements, after.wrong)
+			if len(after.failed) > 0 {
+				t.Errorf("unexpected errors:\n%s", strings.Join(after.failed, "\n"))
+			}
+			if after.leaks() > 0 {
+				t.Fatalf("%d of %d reads of b saw other rows or ran as another role: %v", after.leaks(), after.statements, after.wrong)
+			}
+			assertNothingHeld(t, p)
+		})
+	}
+}
+
+// pinRun runs leftover as tenant a through p in a loop while three
+// goroutines read 40 times each as tenant b with read, and tallies b's
+// reads.
+func pinRun(t *testing.T, p *tenantdb.Pool, leftover string, read func(context.Context) pgx.Row) *proxyTally {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tally := &proxyTally{wrong: map[string]int{}}
+	readers := sync.WaitGroup{}
+	stop := make(chan struct{})
+	var leftovers atomic.Int64
+	var a sync.WaitGroup
+	a.Go(func() {
+		ctx := tenantdb.WithTenant(ctx, "a")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := p.Exec(ctx, leftover); err == nil {
+				leftovers.Add(1)
+			} else if ctx.Err() != nil {
+				return
+			}
+		}
+	})
+	for range 3 {
+		readers.Go(func() {
+			for range 40 {
+				var tenants, role string
+				if err := read(ctx).Scan(&tenants, &role); err != nil {
+					tally.fail("b's read", err)
+					continue
+				}
+				tally.saw("b", fmt.Sprintf("saw %q as %s", tenants, role), tenants == "b" && role == rlsRole)
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	a.Wait()
+	if leftovers.Load() == 0 {
+		t.Fatalf("a's %q never succeeded", leftover)
+	}
+	return tally
+}
+
+// batchRow is the second result of a batch as a pgx.Row, closing the batch
+// when scanned.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r batchRow) Scan(dest ...any) error {
+	_, err := r.br.Exec()
+	if err == nil {
+		err = r.br.QueryRow().Scan(dest...)
+	}
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// rawPoolOn is a pgxpool on dsn, closed at the end of the test.
+func rawPoolOn(t *testing.T, dsn string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}

@@ -1,0 +1,107 @@
+package tenantdb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// defaultPathKey names, in a connection's pgconn CustomData, the
+// search_path ScopeTransaction pins for a tenant without one of its own:
+// the login role's default with pg_temp last, learned when the connection
+// was opened.
+const defaultPathKey = "tenantdb.defaultPath"
+
+// connect is the pgxpool AfterConnect hook. Under ScopeTransaction it learns
+// the login role's default search_path, in one round trip per new
+// connection: its reset value, which a session-level SET cannot change,
+// since behind a transaction pooler a new client connection can land on a
+// server connection whose session another client changed. Under
+// ScopeSession with something to set, the pool's first connection checks
+// whether a proxy stands between it and the server, and warns that
+// ScopeSession needs session pooling there.
+func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
+	if s.transactional() {
+		var path string
+		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name = 'search_path'",
+			pgx.QueryExecModeSimpleProtocol).Scan(&path)
+		if err != nil {
+			return fmt.Errorf("tenantdb: read the login role's default search_path: %w", err)
+		}
+		conn.PgConn().CustomData()[defaultPathKey] = tempLast(path)
+		return nil
+	}
+	if s.cfg.Scope != ScopeSession || !sessionEnabled(s.cfg) || s.probed.Swap(true) {
+		return nil
+	}
+	proxied, pid, err := behindProxy(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("tenantdb: check for a connection pooler: %w", err)
+	}
+	if proxied {
+		s.logger.Warn("tenantdb: the connections go through a pooler or proxy (the server's process ID differs from the one "+
+			"the connection was given at start): Session with ScopeSession keeps tenants apart only if it pools sessions "+
+			"(PgBouncer pool_mode=session); behind a transaction pooler use ScopeTransaction",
+			"server_pid", pid, "connection_pid", conn.PgConn().PID())
+	}
+	return nil
+}
+
+// behindProxy reports whether conn reaches PostgreSQL through a pooler or
+// proxy: the process ID the server reports differs from the one conn was
+// given at start, which a proxy such as PgBouncer makes up for its clients.
+// It returns the server's process ID.
+func behindProxy(ctx context.Context, conn *pgx.Conn) (bool, uint32, error) {
+	var pid uint32
+	err := conn.QueryRow(ctx, "select pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+	return err == nil && pid != conn.PgConn().PID(), pid, err
+}
+
+// tempLast returns the search_path list path with pg_temp moved to its end,
+// where a temporary table cannot shadow a real one (PostgreSQL searches
+// pg_temp first when a path does not name it).
+func tempLast(path string) string {
+	var kept []string
+	for _, name := range splitPath(path) {
+		if name != "" && !strings.EqualFold(name, "pg_temp") && name != `"pg_temp"` {
+			kept = append(kept, name)
+		}
+	}
+	return strings.Join(append(kept, "pg_temp"), ", ")
+}
+
+// splitPath splits a search_path value at the commas outside double
+// quotes, trimming the spaces around each name.
+func splitPath(path string) []string {
+	var names []string
+	quoted, start := false, 0
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '"':
+			quoted = !quoted // a doubled quote toggles twice
+		case ',':
+			if !quoted {
+				names = append(names, strings.TrimSpace(path[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(names, strings.TrimSpace(path[start:]))
+}
+
+// localStatement returns the statement that sets tenant's values for the
+// current transaction on conn, pinning the role and the search_path.
+func (s *sessionSetup) localStatement(tenant string, conn *pgconn.PgConn) (string, error) {
+	path, ok := conn.CustomData()[defaultPathKey].(string)
+	if !ok {
+		return "", fmt.Errorf("tenantdb: the connection's default search_path is unknown: it was not opened by the Pool's pgxpool")
+	}
+	exprs, err := s.values(tenant, true, path)
+	if err != nil {
+		return "", err
+	}
+	return "select " + strings.Join(exprs, ", "), nil
+}

@@ -1,0 +1,189 @@
+package tenantdb
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// connLife is the record of one acquired Conn that its copies and what it
+// hands out share: Release bumps gen, so that every holder of the old
+// generation sees the Conn as released. Records are reused, so that Acquire
+// allocates nothing; a stale holder's generation never comes back.
+type connLife struct {
+	gen atomic.Uint64
+}
+
+var connLives = sync.Pool{New: func() any { return new(connLife) }}
+
+// liveRef is a reference to one generation of a connLife. The zero liveRef
+// refers to nothing and is never stale: it is what the Pool's own calls,
+// which hold their connection themselves, carry.
+type liveRef struct {
+	life *connLife
+	gen  uint64
+}
+
+// newLiveRef starts the life of a newly acquired Conn.
+func newLiveRef() liveRef {
+	l := connLives.Get().(*connLife)
+	return liveRef{life: l, gen: l.gen.Load()}
+}
+
+// stale reports whether the Conn that r refers to was released.
+func (r liveRef) stale() bool { return r.life != nil && r.life.gen.Load() != r.gen }
+
+// err returns ErrConnReleased when r is stale.
+func (r liveRef) err() error {
+	if r.stale() {
+		return ErrConnReleased
+	}
+	return nil
+}
+
+// end ends the life r refers to and reports whether this call did: only the
+// first of the Conn's Releases (or Hijack) does.
+func (r liveRef) end() bool {
+	if r.life == nil || !r.life.gen.CompareAndSwap(r.gen, r.gen+1) {
+		return false
+	}
+	connLives.Put(r.life)
+	return true
+}
+
+// connTx is a transaction (or savepoint) begun on a Conn: it fails with
+// ErrConnReleased once the Conn is released, and so do its nested
+// transactions, rows and batches. Its LargeObjects and Conn are pgx's own.
+type connTx struct {
+	pgx.Tx
+	ref liveRef
+}
+
+func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := tx.ref.err(); err != nil {
+		return nil, err
+	}
+	nested, err := tx.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &connTx{Tx: nested, ref: tx.ref}, nil
+}
+
+func (tx *connTx) Commit(ctx context.Context) error {
+	if err := tx.ref.err(); err != nil {
+		return err
+	}
+	return tx.Tx.Commit(ctx)
+}
+
+func (tx *connTx) Rollback(ctx context.Context) error {
+	if err := tx.ref.err(); err != nil {
+		return err
+	}
+	return tx.Tx.Rollback(ctx)
+}
+
+func (tx *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := tx.ref.err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tx.Tx.Exec(ctx, sql, args...)
+}
+
+func (tx *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := tx.ref.err(); err != nil {
+		return errRows{err}, err
+	}
+	rows, err := tx.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, err
+	}
+	return &tenantRows{Rows: rows, ref: tx.ref}, nil
+}
+
+func (tx *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := tx.ref.err(); err != nil {
+		return errRow{err}
+	}
+	return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), ref: tx.ref}
+}
+
+func (tx *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := tx.ref.err(); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return &connBatch{BatchResults: tx.Tx.SendBatch(ctx, b), ref: tx.ref}
+}
+
+func (tx *connTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	if err := tx.ref.err(); err != nil {
+		return 0, err
+	}
+	return tx.Tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
+}
+
+func (tx *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := tx.ref.err(); err != nil {
+		return nil, err
+	}
+	return tx.Tx.Prepare(ctx, name, sql)
+}
+
+// connBatch is a batch sent on a Conn: reading its results after the
+// Conn's Release fails with ErrConnReleased. Close is idempotent.
+type connBatch struct {
+	pgx.BatchResults
+	ref    liveRef
+	closed bool
+	err    error // Close's
+}
+
+func (b *connBatch) Exec() (pgconn.CommandTag, error) {
+	if err := b.ref.err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return b.BatchResults.Exec()
+}
+
+func (b *connBatch) Query() (pgx.Rows, error) {
+	if err := b.ref.err(); err != nil {
+		return errRows{err}, err
+	}
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		return rows, err
+	}
+	return &tenantRows{Rows: rows, ref: b.ref}, nil
+}
+
+func (b *connBatch) QueryRow() pgx.Row {
+	if err := b.ref.err(); err != nil {
+		return errRow{err}
+	}
+	return &tenantRow{row: b.BatchResults.QueryRow(), ref: b.ref}
+}
+
+// Close closes the results; after the Conn's Release it touches nothing
+// and fails, unless the results were closed before.
+func (b *connBatch) Close() error {
+	if b.closed {
+		return b.err
+	}
+	b.closed = true
+	if b.err = b.ref.err(); b.err == nil {
+		b.err = b.BatchResults.Close()
+	}
+	return b.err
+}
+
+func (b *connBatch) Tx() pgx.Tx {
+	tx := b.BatchResults.Tx()
+	if tx == nil {
+		return nil
+	}
+	return &connTx{Tx: tx, ref: b.ref}
+}
