@@ -21,7 +21,7 @@ import (
 // Pool for the reset that runs when a connection changes tenant.
 //
 // With ScopeSession (the default) the values are set on every acquire from
-// the shared pool, in one round trip, before the connection is handed out:
+// the shared pool, in the round trip of the first statement (see Pool):
 // to the tenant's values when the context carries a tenant, and back to the
 // defaults (an empty TenantSetting, the role's default search_path) when it
 // carries none, as for calls made through Pool.Pgxpool, Pool.AcquireAllIdle
