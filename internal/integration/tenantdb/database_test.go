@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -601,5 +602,23 @@ func TestDatabaseSeesOnlyValidTenants(t *testing.T) {
 	}
 	if n := asked.Load(); n != 0 {
 		t.Fatalf("Config.Database was asked %d times for malformed tenants", n)
+	}
+}
+
+// TestDatabaseSizing: with Config.Database, Sizing's MaxConns is the budget
+// and it warns when the typically busy databases outnumber it.
+func TestDatabaseSizing(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 8), tenantdb.Config{
+		Database: tenantDB, TypicalActiveTenants: 20,
+		Plans:  map[string]tenantdb.Plan{"p": {MaxConns: 1}},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s := p.Sizing()
+	if s.MaxConns != 8 || !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "own database") }) {
+		t.Fatalf("%+v: want the budget 8 and a warning that 20 busy databases outnumber it", s)
 	}
 }
