@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 // BenchmarkScopeTransactionPins is the cost of pinning the role and the
 // search_path in every transaction under ScopeTransaction, on one
 // connection each, in pgx.QueryExecModeExec, one query "select $1::int"
-// per variant in turn so that the machine's drift falls on all alike:
+// per variant in turn so that the machine's drift falls on all alike; the
+// metrics are each variant's median time per query, which the spikes of a
+// loaded machine move less than a mean:
 //
 //   - pgxpool: the query alone;
 //   - setting: the query after set_config of the tenant setting in the same
@@ -87,7 +90,7 @@ func BenchmarkScopeTransactionPins(b *testing.B) {
 			}
 		}
 	}
-	spent := make([]time.Duration, len(variants))
+	took := make([][]time.Duration, len(variants))
 	n := 0
 	for b.Loop() {
 		for i, v := range variants {
@@ -95,12 +98,13 @@ func BenchmarkScopeTransactionPins(b *testing.B) {
 			if err := v.run(n); err != nil {
 				b.Fatalf("%s: %v", v.name, err)
 			}
-			spent[i] += time.Since(start)
+			took[i] = append(took[i], time.Since(start))
 		}
 		n++
 	}
 	for i, v := range variants {
-		b.ReportMetric(float64(spent[i].Nanoseconds())/float64(n), v.name+"-ns/query")
+		slices.Sort(took[i])
+		b.ReportMetric(float64(took[i][len(took[i])/2].Nanoseconds()), v.name+"-p50-ns/query")
 	}
 	b.ReportMetric(0, "ns/op")
 }

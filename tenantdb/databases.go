@@ -149,26 +149,24 @@ func (d *databases) tenantDatabase(tenant string) (name string, err error) {
 	return name, nil
 }
 
-// resolve returns the database of the tenant in ctx, or the error of its
-// last failed connect while that is recent. It holds nothing.
-func (d *databases) resolve(ctx context.Context) (string, error) {
-	tenant, ok := TenantFrom(ctx)
-	if !ok {
-		return "", ErrNoTenant
-	}
+// use returns the use of the database of the tenant in ctx, an admitted
+// one (so that Config.Database sees only valid tenant IDs), or the error of
+// its last failed connect while that is recent.
+func (d *databases) use(ctx context.Context) (*dbUse, error) {
+	tenant, _ := TenantFrom(ctx)
 	name, err := d.tenantDatabase(tenant)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	d.mu.Lock()
-	db := d.byName[name]
-	d.mu.Unlock()
-	if db != nil {
-		if f := db.failed.Load(); f != nil && time.Now().Before(f.until) {
-			return "", f.err
-		}
+	u, err := d.acquire(name)
+	if err != nil {
+		return nil, err
 	}
-	return name, nil
+	if f := u.failed.Load(); f != nil && time.Now().Before(f.until) {
+		u.done()
+		return nil, f.err
+	}
+	return u, nil
 }
 
 // acquire returns the use of the database named name, created if need be,

@@ -30,20 +30,13 @@ type Slot struct {
 // cap, ErrClosed after Close. ctx governs the wait for the slot only. The
 // caller must Release the Slot on every path.
 func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
-	var dbName string
-	if p.dbs != nil {
-		var err error
-		if dbName, err = p.dbs.resolve(ctx); err != nil {
-			return nil, err
-		}
-	}
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s := &Slot{permit: permit, pg: p.pg, session: p.session}
 	if p.dbs != nil {
-		if s.db, err = p.dbs.acquire(dbName); err != nil {
+		if s.db, err = p.dbs.use(ctx); err != nil {
 			permit.Release()
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -580,5 +581,44 @@ func TestDatabaseConfigRefused(t *testing.T) {
 		if p != nil {
 			p.Close()
 		}
+	}
+}
+
+// TestDatabaseSeesOnlyValidTenants: a malformed tenant ID is refused before
+// Config.Database is asked for its database.
+func TestDatabaseSeesOnlyValidTenants(t *testing.T) {
+	var asked atomic.Int32
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 4), tenantdb.Config{
+		Database: func(string) (string, error) { asked.Add(1); return "db", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, tenant := range []string{"", "acme\r\n", strings.Repeat("a", 200)} {
+		if _, err := p.Exec(as(tenant), "select 1"); !errors.Is(err, tenantdb.ErrNoTenant) {
+			t.Errorf("tenant %q: err = %v, want ErrNoTenant", tenant, err)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("Config.Database was asked %d times for malformed tenants", n)
+	}
+}
+
+// TestDatabaseSizing: with Config.Database, Sizing's MaxConns is the budget
+// and it warns when the typically busy databases outnumber it.
+func TestDatabaseSizing(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 8), tenantdb.Config{
+		Database: tenantDB, TypicalActiveTenants: 20,
+		Plans:  map[string]tenantdb.Plan{"p": {MaxConns: 1}},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s := p.Sizing()
+	if s.MaxConns != 8 || !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "own database") }) {
+		t.Fatalf("%+v: want the budget 8 and a warning that 20 busy databases outnumber it", s)
 	}
 }
