@@ -20,15 +20,18 @@ import (
 // its context (WithTenant) and fails with ErrNoTenant without one.
 //
 // A shared connection passes from one tenant to another (or to work on no
-// tenant's behalf) only in a pristine session: before a connection last
-// held by another tenant is handed out, everything the previous holder
+// tenant's behalf) only in a pristine session: before a statement runs on a
+// connection last held by another tenant, everything the previous holder
 // could leave in its session is undone, as PostgreSQL's DISCARD ALL does
 // (settings, SET ROLE and SET SESSION AUTHORIZATION, temporary tables,
-// cursors, prepared statements, LISTEN, session advisory locks), and pgx's
-// statement cache is emptied with it. That costs two round trips, and pgx
-// prepares each statement again on its first use after it. A connection
-// that stays with its tenant is not reset: what a tenant leaves in its own
-// session it meets again, as on a connection of its own.
+// cursors, prepared statements made by SQL, LISTEN, session advisory
+// locks). The reset travels in the round trip of the statement after it (on
+// Exec with arguments, Query, QueryRow, SendBatch, Begin); Exec without
+// arguments, CopyFrom and Acquire send it in a round trip of its own. pgx's
+// own prepared statements are kept once the reset has checked that the
+// previous holder did not change them. A connection that stays with its
+// tenant is not reset: what a tenant leaves in its own session it meets
+// again, as on a connection of its own.
 type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate

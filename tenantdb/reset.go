@@ -2,58 +2,124 @@ package tenantdb
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // resetStatements undo everything a session can carry from one holder to
 // the next, as DISCARD ALL does (PgBouncer's default server_reset_query):
 // cursors, the role and session authorization, every setting, LISTEN,
-// session advisory locks, cached plans, temporary tables and views, sequence
-// state. They are DISCARD ALL's own definition in the PostgreSQL docs less
-// DEALLOCATE ALL, which pgx.Conn.DeallocateAll runs so that pgx's statement
-// cache forgets the statements too. DISCARD ALL itself cannot share a
-// multi-statement query with the next tenant's settings.
-const resetStatements = "close all; set session authorization default; reset all; unlisten *; " +
-	"select pg_advisory_unlock_all(); discard plans; discard temp; discard sequences"
+// session advisory locks, temporary tables and views, sequence state.
+// Prepared statements are checked or deallocated apart (see
+// statementsCheck). DISCARD PLANS is left out: a cached plan holds no
+// tenant's data, and PostgreSQL plans a statement again when the role, row
+// security or search_path it was planned under changes.
+var resetStatements = []string{
+	"close all",
+	"set session authorization default",
+	"reset all",
+	"unlisten *",
+	"select pg_advisory_unlock_all()",
+	"discard temp",
+	"discard sequences",
+}
 
-// connTenantKey names, in a connection's pgconn CustomData, the tenant that
-// last held it ("" for work on no tenant's behalf).
-const connTenantKey = "tenantdb.tenant"
+// statementsCheck is the first statement of a reset. pgx keeps the
+// statements it prepared from the application's SQL across a change of
+// tenant (they hold no tenant's data, and preparing them again would cost a
+// round trip each), so the reset proves that the server holds exactly those:
+// named is how many pgx prepared and did not close, as counted on the wire.
+// A holder's SQL can only add statements with PREPARE (from_sql, and
+// possibly under one of pgx's names, to make the next tenant's pgx run its
+// SQL) or drop some with DEALLOCATE or DISCARD ALL; either fails the check,
+// the server skips the statement sent after it, and the connection is reset
+// the slow way (slowReset). Statements pgx did not name through its cache
+// fail it too. When pgx holds none, there is nothing to keep: every
+// statement goes.
+func statementsCheck(named int) string {
+	if named == 0 {
+		return "deallocate all"
+	}
+	return "select case when count(*) = " + strconv.Itoa(named) +
+		" and count(*) filter (where from_sql or left(name, 10) <> 'stmtcache_') = 0 then 0" +
+		" else ('tenantdb: ' || count(*) || ' prepared statements, ' || count(*) filter (where from_sql)" +
+		" || ' of them by SQL, where pgx prepared " + strconv.Itoa(named) + "')::int end from pg_prepared_statements"
+}
 
-// resetSession readies conn for tenant and then runs statements (may be
-// empty). A connection last held by another tenant is reset first: two
-// round trips, and pgx prepares its statements again on their next use. A
-// connection that stays with its tenant keeps its session, as a direct
-// connection of that tenant would: only statements run. A new connection
-// needs no reset. handover reports whether the connection changed tenant.
-func resetSession(ctx context.Context, conn *pgx.Conn, tenant, statements string) (handover bool, err error) {
-	data := conn.PgConn().CustomData()
-	last, used := data[connTenantKey].(string)
-	handover = used && last != tenant
-	if handover {
-		delete(data, connTenantKey) // until the reset is complete
-		if err := conn.DeallocateAll(ctx); err != nil {
-			return true, err
-		}
-		if statements == "" {
-			statements = resetStatements
-		} else {
-			statements = resetStatements + "; " + statements
-		}
+// encodeStatements encodes statements as extended-protocol messages on the
+// unnamed statement, without a Sync, and returns how many there are.
+func encodeStatements(statements []string) ([]byte, int) {
+	var buf []byte
+	for _, sql := range statements {
+		buf, _ = (&pgproto3.Parse{Query: sql}).Encode(buf)
+		buf, _ = (&pgproto3.Bind{}).Encode(buf)
+		buf, _ = (&pgproto3.Execute{}).Encode(buf)
 	}
-	if statements != "" {
-		if _, err := conn.PgConn().Exec(ctx, statements).ReadAll(); err != nil {
-			return handover, err
-		}
-	}
+	return buf, len(statements)
+}
+
+// readySession readies conn for tenant, where values (may be empty) set
+// its Session values. Nothing is sent here: the statements are armed on the
+// connection's wire and travel with the next statement, or alone before a
+// simple-protocol query (see wireConn). A connection last held by another
+// tenant (or whose last reset never completed) is reset; a new one needs no
+// reset; one that stays with its tenant keeps its session, as a direct
+// connection of that tenant would, and gets values only.
+func readySession(conn *pgx.Conn, tenant, values string) {
+	w := wireOf(conn.PgConn().Conn())
+	owner, owned, used := w.state()
+	handover := used && (!owned || owner != tenant)
+	var statements []string
 	if handover {
+		statements = append(statements, statementsCheck(w.namedStatements()))
+		statements = append(statements, resetStatements...)
 		dropNotifications(conn)
 	}
-	if !used || last != tenant {
-		data[connTenantKey] = tenant // boxing allocates: only on a change
+	if values != "" {
+		statements = append(statements, values)
 	}
-	return handover, nil
+	if len(statements) == 0 {
+		w.own(tenant)
+		return
+	}
+	// The reset commits on its own: a statement that fails after it, or a
+	// transaction that rolls back, cannot undo it.
+	msgs, n := encodeStatements(append(statements, "commit"))
+	w.arm(msgs, n, tenant)
+}
+
+// slowReset resets conn for tenant in one round trip of its own, dropping
+// every prepared statement with pgx's caches, and then runs values (may be
+// empty): for a connection whose quick reset failed.
+func slowReset(ctx context.Context, conn *pgx.Conn, tenant, values string) error {
+	w := wireOf(conn.PgConn().Conn())
+	if conn.PgConn().TxStatus() != 'I' {
+		if _, err := conn.PgConn().Exec(ctx, "rollback").ReadAll(); err != nil {
+			return err
+		}
+	}
+	// DeallocateAll empties pgx's caches and, with a context that is
+	// already done, sends nothing: the statement goes with the reset.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = conn.DeallocateAll(done)
+	sql := "deallocate all"
+	for _, s := range resetStatements {
+		sql += "; " + s
+	}
+	if values != "" {
+		sql += "; " + values
+	}
+	w.arm(nil, 0, tenant)
+	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		return err
+	}
+	w.forgetStatements()
+	dropNotifications(conn)
+	w.own(tenant)
+	return nil
 }
 
 // dropNotifications discards the notifications pgx has buffered on conn for

@@ -124,17 +124,20 @@ func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 // begin starts a transaction. With ScopeTransaction the setting is sent in
-// the same round trip as BEGIN.
+// the same round trip as BEGIN; so is a reset armed on the connection, which
+// travels only with extended-protocol messages (see wireConn), as a batch's.
 func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	if r.local == "" {
+	if r.local == "" && !wireOf(r.conn.PgConn().Conn()).armed() {
 		return r.conn.BeginTx(ctx, opts)
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
-	b.Queue(r.local)
+	if r.local != "" {
+		b.Queue(r.local)
+	}
 	br := r.conn.SendBatch(ctx, b)
 	_, err := br.Exec()
-	if err == nil {
+	if err == nil && r.local != "" {
 		_, err = br.Exec()
 	}
 	tx := br.Tx()

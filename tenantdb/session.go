@@ -21,7 +21,7 @@ import (
 // Pool for the reset that runs when a connection changes tenant.
 //
 // With ScopeSession (the default) the values are set on every acquire from
-// the shared pool, in one round trip, before the connection is handed out:
+// the shared pool, in the round trip of the first statement (see Pool):
 // to the tenant's values when the context carries a tenant, and back to the
 // defaults (an empty TenantSetting, the role's default search_path) when it
 // carries none, as for calls made through Pool.Pgxpool, Pool.AcquireAllIdle
@@ -255,35 +255,31 @@ func (s *sessionSetup) transactional() bool {
 	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(s.cfg)
 }
 
-// prepare is the pgxpool PrepareConn hook. It resets a connection that
-// changes tenant (see resetSession) and, with ScopeSession, sets the
-// values of the tenant in ctx, the acquiring call's context, which governs
-// the round trips.
+// prepare is the pgxpool PrepareConn hook. It readies the connection for
+// the tenant in ctx (see readySession): a reset when the connection changes
+// tenant and, with ScopeSession, the tenant's values. Both travel with the
+// next statement; Pool.Acquire sends them at once (see held.settle).
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	tenant, _ := TenantFrom(ctx)
-	var exprs []string
-	if s.cfg.Scope == ScopeSession {
-		var err error
-		if exprs, err = s.values(tenant, false, ""); err != nil {
-			return true, err // nothing touched the connection: keep it
-		}
-	}
-	var statements string
-	if len(exprs) > 0 {
-		statements = "select " + strings.Join(exprs, ", ")
-	}
-	handover, err := resetSession(ctx, conn, tenant, statements)
+	values, err := s.sessionValues(tenant)
 	if err != nil {
-		if ctx.Err() == nil && (handover || conn.IsClosed()) {
-			// A broken connection, or a reset that the previous tenant's
-			// session made fail (its statement_timeout, a cancel its
-			// timeout left pending): destroy it, pgxpool tries another,
-			// at the latest a new one, which needs no reset.
-			return false, nil
-		}
-		return false, fmt.Errorf("tenantdb: set the session state for tenant %q: %w", tenant, err)
+		return true, err // nothing touched the connection: keep it
 	}
+	readySession(conn, tenant, values)
 	return true, nil
+}
+
+// sessionValues is the statement that sets tenant's values for the
+// session: "" without ScopeSession or with nothing to set.
+func (s *sessionSetup) sessionValues(tenant string) (string, error) {
+	if s.cfg.Scope != ScopeSession {
+		return "", nil
+	}
+	exprs, err := s.values(tenant, false, "")
+	if err != nil || len(exprs) == 0 {
+		return "", err
+	}
+	return "select " + strings.Join(exprs, ", "), nil
 }
 
 // install chains the hooks before the pgxCfg's own: connect before its
@@ -293,6 +289,7 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 // PrepareConn fails the acquire with an error and destroys the connection,
 // instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
+	pgxCfg.ConnConfig.AfterNetConnect = wrapWire(pgxCfg.ConnConfig.AfterNetConnect)
 	if after := pgxCfg.AfterConnect; after == nil {
 		pgxCfg.AfterConnect = s.connect
 	} else {

@@ -2,6 +2,8 @@ package tenantdb_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -363,4 +365,43 @@ func checkStatementCache(t *testing.T, p *tenantdb.Pool) {
 		t.Fatalf("b, after a ran DISCARD ALL: %v", err)
 	}
 	assertNothingHeld(t, p)
+}
+
+// TestHandoverRefusesHijackedStatements: pgx keeps its prepared statements
+// across a change of tenant, so tenant a, whose SQL can run PREPARE and
+// DEALLOCATE, replaces the one pgx prepared for a query of b's (pgx names it
+// after the query's SHA-256) with its own SQL. b's next request must run b's
+// query, not a's: the reset finds a statement made by SQL and resets the
+// connection the slow way before b's query runs.
+func TestHandoverRefusesHijackedStatements(t *testing.T) {
+	setupSessionState(t)
+	const q = "select 'b asked for ' || $1::text"
+	sum := sha256.Sum256([]byte(q))
+	name := "stmtcache_" + hex.EncodeToString(sum[:24])
+	for _, withSession := range []bool{false, true} {
+		p := newStatePool(t, withSession, false)
+		if got := answer(p.QueryRow(as("b"), q, "x")); got != "b asked for x" {
+			t.Fatalf("b's first request answered %q", got)
+		}
+		var prepared bool
+		err := p.QueryRow(as("b"), "select exists (select from pg_prepared_statements where name = $1 and not from_sql)", name).Scan(&prepared)
+		if err != nil || !prepared {
+			t.Fatalf("pgx did not prepare %s for b's query (%v): the test would prove nothing", name, err)
+		}
+		_, err = p.Exec(as("a"), `deallocate "`+name+`"; prepare "`+name+`" (text) as select 'a took over: ' || $1::text`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answer(p.QueryRow(as("b"), q, "x")); got != "b asked for x" {
+			t.Errorf("Session %v: after a replaced pgx's statement, b's request answered %q", withSession, got)
+		}
+		// a's statement is gone, and pgx's works again for b.
+		if got := answer(p.QueryRow(as("b"), "select count(*)::text from pg_prepared_statements where from_sql")); got != "0" {
+			t.Errorf("Session %v: %s statements made by SQL left for b", withSession, got)
+		}
+		if got := answer(p.QueryRow(as("b"), q, "y")); got != "b asked for y" {
+			t.Errorf("Session %v: b's next request answered %q", withSession, got)
+		}
+		assertNothingHeld(t, p)
+	}
 }

@@ -1,0 +1,175 @@
+package tenantdb_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// countWrites makes pcfg's connections count their writes to the server in
+// n: pgx writes the messages of one round trip at once, and so does
+// tenantdb's reset, which travels in the same write as the statement.
+func countWrites(pcfg *pgxpool.Config, n *atomic.Int64) {
+	var d net.Dialer
+	pcfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{c, n}, nil
+	}
+}
+
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestHandoverAddsNoRoundTrip counts, on the socket, the round trips of each
+// of the Pool's statement methods when the one shared connection changes
+// tenant, against the same call by the tenant that holds it and against raw
+// pgxpool: equal, with no Session, with ScopeSession and with
+// ScopeTransaction; an acquired Conn may take one more (its reset goes
+// before it is handed out, since its statements may bypass tenantdb). It
+// fails when a round trip is added back to a change of tenant, or to
+// ScopeSession on the same tenant. No timing is measured.
+func TestHandoverAddsNoRoundTrip(t *testing.T) {
+	type call struct {
+		name  string
+		extra int64 // round trips a change of tenant may add
+		run   func(ctx context.Context, db pgxDB) error
+	}
+	calls := []call{
+		{"Exec", 0, func(ctx context.Context, db pgxDB) error {
+			_, err := db.Exec(ctx, "select $1::int", 1)
+			return err
+		}},
+		{"Query", 0, func(ctx context.Context, db pgxDB) error {
+			rows, err := db.Query(ctx, "select generate_series(1, $1::int)", 3)
+			if err != nil {
+				return err
+			}
+			_, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			return err
+		}},
+		{"QueryRow", 0, func(ctx context.Context, db pgxDB) error {
+			var n int
+			return db.QueryRow(ctx, "select $1::int", 1).Scan(&n)
+		}},
+		{"SendBatch", 0, func(ctx context.Context, db pgxDB) error {
+			b := &pgx.Batch{}
+			b.Queue("select $1::int", 1)
+			b.Queue("select $1::int + 1", 1)
+			return db.SendBatch(ctx, b).Close()
+		}},
+		{"Begin", 0, func(ctx context.Context, db pgxDB) error {
+			return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "select $1::int", 1)
+				return err
+			})
+		}},
+		{"Acquire", 1, func(ctx context.Context, db pgxDB) error {
+			switch db := db.(type) {
+			case *tenantdb.Pool:
+				return db.AcquireFunc(ctx, func(c tenantdb.Conn) error {
+					_, err := c.Exec(ctx, "select $1::int", 1)
+					return err
+				})
+			case *pgxpool.Pool:
+				return db.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+					_, err := c.Exec(ctx, "select $1::int", 1)
+					return err
+				})
+			}
+			panic("unknown pool")
+		}},
+	}
+	sessions := map[string]tenantdb.Session{
+		"no Session":       {},
+		"ScopeSession":     {TenantSetting: "app.tenant_id"},
+		"ScopeTransaction": {TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+	}
+	for name, session := range sessions {
+		t.Run(name, func(t *testing.T) {
+			// ScopeTransaction needs an exec mode that parses nothing
+			// outside the transaction; pgxpool runs in the same mode.
+			mode := pgx.QueryExecModeCacheStatement
+			if session.Scope == tenantdb.ScopeTransaction {
+				mode = pgx.QueryExecModeExec
+			}
+			rawWrites := new(atomic.Int64)
+			rcfg := pgxConfig(t, sharedPG, 1)
+			rcfg.ConnConfig.DefaultQueryExecMode = mode
+			countWrites(rcfg, rawWrites)
+			raw, err := pgxpool.NewWithConfig(context.Background(), rcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(raw.Close)
+			writes := new(atomic.Int64)
+			pcfg := pgxConfig(t, sharedPG, 1)
+			pcfg.ConnConfig.DefaultQueryExecMode = mode
+			countWrites(pcfg, writes)
+			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+				Session: session,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			count := func(n *atomic.Int64, f func() error) int64 {
+				t.Helper()
+				before := n.Load()
+				if err := f(); err != nil {
+					t.Fatal(err)
+				}
+				return n.Load() - before
+			}
+			for _, c := range calls {
+				pooled := func(tenant string) func() error {
+					return func() error { return c.run(as(tenant), p) }
+				}
+				// Warm: connect, and let pgx prepare every statement.
+				for _, tenant := range []string{"a", "b", "a", "b"} {
+					count(writes, pooled(tenant))
+				}
+				count(rawWrites, func() error { return c.run(context.Background(), raw) })
+				want := count(rawWrites, func() error { return c.run(context.Background(), raw) })
+				same := count(writes, pooled("b"))
+				handover := count(writes, pooled("a"))
+				if c.extra == 0 && same != want {
+					t.Errorf("%s: %d round trips for the tenant that holds the connection, pgxpool %d", c.name, same, want)
+				}
+				if handover > want+c.extra {
+					t.Errorf("%s: %d round trips after a change of tenant, pgxpool %d (at most %d more allowed)",
+						c.name, handover, want, c.extra)
+				}
+				t.Logf("%s: pgxpool %d, same tenant %d, change of tenant %d", c.name, want, same, handover)
+			}
+			assertNothingHeld(t, p)
+		})
+	}
+}
+
+// pgxDB is what the calls of TestHandoverAddsNoRoundTrip need of a pool:
+// both *pgxpool.Pool and *tenantdb.Pool have it.
+type pgxDB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}

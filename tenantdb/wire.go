@@ -1,0 +1,442 @@
+package tenantdb
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// wireConn is the network connection under each shared pgx connection. It
+// lets the reset of a change of tenant travel in the same round trip as the
+// statement after it: arm queues the reset's messages, the next write sends
+// them in front of pgx's own, and the replies to them are read off the stream
+// before pgx sees it. It also counts the named statements pgx prepares and
+// closes, so that the reset can tell whether a holder's SQL changed them.
+//
+// The reset is sent as extended-protocol messages without a Sync of its own
+// when pgx's write is extended-protocol too: an error in the reset then makes
+// the server skip pgx's messages up to their Sync, so the statement never
+// runs in a session that was not reset, and the error is passed to pgx as
+// the statement's. Before a simple-protocol query (or a read with nothing
+// written), the reset goes alone, with a Sync, in a round trip of its own,
+// and a failure fails the write, which closes the connection.
+type wireConn struct {
+	net.Conn
+
+	mu       sync.Mutex // guards the fields below, shared by readers and writers
+	prefix   []byte     // the armed reset, until it is written
+	awaiting bool       // the reset was written; its replies are not all read
+	execs    int        // replies of the reset's statements not yet read (CommandComplete)
+	synced   bool       // the reset carries its own Sync: read up to ReadyForQuery
+	failed   error      // why the last reset failed, until settle reports it
+	owner    string     // the tenant whose pristine session the connection holds
+	owned    bool       // owner is known: false for a new or unknown session
+	pending  string     // the owner once the armed reset succeeds
+	used     bool       // a holder has had the connection
+	named    int        // named statements pgx prepared and did not close
+
+	rmu  sync.Mutex // serializes reads
+	rbuf []byte     // bytes read from Conn, not yet parsed
+	out  []byte     // parsed bytes for pgx
+
+	wstate frontendScan // pgx's writes, for named statements; writers only
+}
+
+// wrapWire is the pgconn AfterNetConnect hook: it wraps conn, after TLS.
+func wrapWire(own func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)) func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error) {
+	return func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		if own != nil {
+			var err error
+			if conn, err = own(ctx, cfg, conn); err != nil {
+				return nil, err
+			}
+		}
+		return &wireConn{Conn: conn, wstate: frontendScan{startup: true}}, nil
+	}
+}
+
+// wireOf returns the wireConn under c, or nil.
+func wireOf(c net.Conn) *wireConn {
+	w, _ := c.(*wireConn)
+	return w
+}
+
+var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confirmed by the server")
+
+// arm queues statements to run in front of the next write; execs is how many
+// there are. The session belongs to tenant once they succeed.
+func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
+	w.mu.Lock()
+	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
+	w.awaiting, w.synced, w.failed = false, false, nil
+	w.mu.Unlock()
+}
+
+// own records that the session belongs to tenant without any statement.
+func (w *wireConn) own(tenant string) {
+	w.mu.Lock()
+	w.owner, w.owned, w.used = tenant, true, true
+	w.mu.Unlock()
+}
+
+// state returns the owner of the session, whether it is known, and whether
+// any holder had the connection.
+func (w *wireConn) state() (owner string, owned, used bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.prefix != nil || w.awaiting { // an earlier reset never completed
+		w.prefix, w.awaiting, w.owned = nil, false, false
+	}
+	return w.owner, w.owned, w.used
+}
+
+// armed reports whether a reset waits for the next write.
+func (w *wireConn) armed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.prefix != nil
+}
+
+// namedStatements is how many named statements pgx prepared and did not close.
+func (w *wireConn) namedStatements() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.named
+}
+
+// forgetStatements records that the server's prepared statements are gone.
+func (w *wireConn) forgetStatements() {
+	w.mu.Lock()
+	w.named = 0
+	w.mu.Unlock()
+}
+
+// Write sends p, with the armed reset in front of it.
+func (w *wireConn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.named += w.wstate.scan(p)
+	prefix := w.prefix
+	extended := len(p) > 0 && isExtended(p[0])
+	if prefix != nil && (extended || len(p) == 0 || p[0] != 'X') {
+		w.prefix, w.awaiting, w.synced = nil, true, !extended
+	} else if prefix != nil { // Terminate: nothing to reset
+		w.prefix, prefix = nil, nil
+	}
+	w.mu.Unlock()
+	if prefix == nil {
+		return w.Conn.Write(p)
+	}
+	if !extended {
+		if err := w.flushAlone(prefix); err != nil {
+			return 0, err
+		}
+		return w.Conn.Write(p)
+	}
+	buf := make([]byte, 0, len(prefix)+len(p))
+	n, err := w.Conn.Write(append(append(buf, prefix...), p...))
+	return max(n-len(prefix), 0), err
+}
+
+// isExtended reports whether a frontend message type is part of the extended
+// query protocol, whose errors skip the messages up to the next Sync.
+func isExtended(t byte) bool {
+	switch t {
+	case 'P', 'B', 'D', 'E', 'S', 'C', 'H':
+		return true
+	}
+	return false
+}
+
+// flushAlone sends prefix with a Sync and waits for its replies: a round
+// trip of its own. It returns the reset's error. The replies are read under
+// rmu, by this call or by a read already in progress.
+func (w *wireConn) flushAlone(prefix []byte) error {
+	msgs, err := (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
+	if err == nil {
+		_, err = w.Conn.Write(msgs)
+	}
+	if err != nil {
+		w.fail(err)
+		return err
+	}
+	w.rmu.Lock()
+	for w.isAwaiting() {
+		if err := w.step(); err != nil {
+			break
+		}
+	}
+	w.rmu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
+}
+
+func (w *wireConn) isAwaiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.awaiting
+}
+
+// fail ends the reset in flight with err.
+func (w *wireConn) fail(err error) {
+	w.mu.Lock()
+	if w.awaiting {
+		w.awaiting, w.owned = false, false
+		if w.failed == nil {
+			w.failed = err
+		}
+	}
+	w.mu.Unlock()
+}
+
+// Read reads what pgx is to see: the server's stream less the replies to the
+// reset.
+func (w *wireConn) Read(p []byte) (int, error) {
+	w.mu.Lock()
+	prefix := w.prefix
+	if prefix != nil { // a read before any write: the reset goes alone
+		w.prefix, w.awaiting, w.synced = nil, true, true
+	}
+	w.mu.Unlock()
+	if prefix != nil {
+		if err := w.flushAlone(prefix); err != nil {
+			return 0, err
+		}
+	}
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	for len(w.out) == 0 {
+		// Always through step, which looks at the bytes only once they
+		// have arrived: a read that began before a reset was written
+		// still sorts the reset's replies out.
+		if err := w.step(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, w.out)
+	w.out = w.out[n:]
+	return n, nil
+}
+
+// step reads once from the connection and sorts whole messages: the reset's
+// replies are dropped (ParameterStatus goes to pgx, which must know what the
+// reset changed), the rest is pgx's. Called with rmu held.
+func (w *wireConn) step() error {
+	for sorted := false; ; sorted = true {
+		w.mu.Lock()
+		awaiting := w.awaiting
+		w.mu.Unlock()
+		if !awaiting {
+			if len(w.rbuf) == 0 {
+				if sorted { // the reset's last reply: nothing more to read for it
+					return nil
+				}
+				break
+			}
+			w.out = append(w.out, w.rbuf...)
+			w.rbuf = w.rbuf[:0]
+			return nil
+		}
+		if len(w.rbuf) < 5 || len(w.rbuf) < 1+int(binary.BigEndian.Uint32(w.rbuf[1:5])) {
+			break
+		}
+		size := 1 + int(binary.BigEndian.Uint32(w.rbuf[1:5]))
+		msg := w.rbuf[:size]
+		w.reply(msg)
+		w.rbuf = w.rbuf[size:]
+		if len(w.rbuf) == 0 {
+			w.rbuf = nil
+		}
+	}
+	var buf [8192]byte
+	n, err := w.Conn.Read(buf[:])
+	w.rbuf = append(w.rbuf, buf[:n]...)
+	if err != nil && n == 0 {
+		w.fail(err)
+		return err
+	}
+	return nil
+}
+
+// reply handles one message of the server while the reset's replies are read.
+func (w *wireConn) reply(msg []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch msg[0] {
+	case 'S': // ParameterStatus: the reset changed a reported setting
+		w.out = append(w.out, msg...)
+	case 'C':
+		w.execs--
+		if w.execs == 0 && !w.synced {
+			w.done()
+		}
+	case 'E':
+		var e pgproto3.ErrorResponse
+		err := error(errResetNotConfirmed)
+		if e.Decode(msg[5:]) == nil {
+			err = pgconn.ErrorResponseToPgError(&e)
+		}
+		if w.failed == nil {
+			w.failed = fmt.Errorf("tenantdb: reset the session: %w", err)
+		}
+		w.owned = false
+		if !w.synced {
+			// The server skips pgx's messages up to their Sync: the
+			// error is the statement's.
+			w.out = append(w.out, msg...)
+			w.awaiting = false
+		}
+	case 'Z':
+		if w.synced {
+			w.awaiting = false
+			if w.failed == nil && w.execs == 0 {
+				w.done()
+			}
+		}
+	}
+	// Everything else (ParseComplete, BindComplete, DataRow, notices, the
+	// previous holder's notifications) belonged to the reset: dropped.
+}
+
+// done records a reset that succeeded. Called with mu held.
+func (w *wireConn) done() {
+	w.awaiting, w.owner, w.owned = false, w.pending, true
+}
+
+// settle waits, within ctx, for the replies to a reset sent with the last
+// statement, and returns its error: nil when none was sent or it succeeded.
+// A reset still armed (the statement never reached the connection) is
+// dropped, and the session's owner is then unknown.
+func (w *wireConn) settle(ctx context.Context) error {
+	w.mu.Lock()
+	if w.prefix != nil {
+		w.prefix, w.owned = nil, false
+	}
+	awaiting := w.awaiting
+	w.mu.Unlock()
+	if awaiting {
+		w.rmu.Lock()
+		stop := context.AfterFunc(ctx, func() { _ = w.Conn.SetReadDeadline(time.Now()) })
+		if d, ok := ctx.Deadline(); ok {
+			_ = w.Conn.SetReadDeadline(d)
+		}
+		var err error
+		for err == nil && w.isAwaiting() {
+			err = w.step()
+		}
+		stop()
+		_ = w.Conn.SetReadDeadline(time.Time{})
+		w.rmu.Unlock()
+		w.dropIfOutOfStep(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.failed
+	w.failed = nil
+	return err
+}
+
+// send sends the armed reset alone, with a Sync, within ctx, and returns
+// its error: nil when none was armed or it succeeded.
+func (w *wireConn) send(ctx context.Context) error {
+	w.mu.Lock()
+	prefix := w.prefix
+	if prefix != nil {
+		w.prefix, w.awaiting, w.synced = nil, true, true
+	}
+	w.mu.Unlock()
+	if prefix == nil {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { _ = w.Conn.SetDeadline(time.Now()) })
+	if d, ok := ctx.Deadline(); ok {
+		_ = w.Conn.SetDeadline(d)
+	}
+	err := w.flushAlone(prefix)
+	stop()
+	_ = w.Conn.SetDeadline(time.Time{})
+	w.dropIfOutOfStep(err)
+	w.mu.Lock()
+	w.failed = nil
+	w.mu.Unlock()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// dropIfOutOfStep closes the network connection when err, met while the
+// reset's replies were read, leaves the stream at an unknown place: pgx then
+// fails on it and pgxpool destroys it. A server's error leaves it in step.
+func (w *wireConn) dropIfOutOfStep(err error) {
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
+		_ = w.Conn.Close()
+	}
+}
+
+// frontendScan follows the messages pgx writes, across writes, to count the
+// named statements it prepares (Parse) and closes (Close).
+type frontendScan struct {
+	startup bool    // the next message is the untyped startup message
+	head    [7]byte // the current message's type, length and first two bytes
+	got     int     // bytes of head read
+	left    int     // bytes of the current message after head still to skip
+}
+
+// scan reads p and returns the change in named statements.
+func (s *frontendScan) scan(p []byte) (delta int) {
+	for len(p) > 0 {
+		if s.left > 0 {
+			n := min(s.left, len(p))
+			s.left -= n
+			p = p[n:]
+			continue
+		}
+		n := copy(s.head[s.got:], p)
+		s.got += n
+		p = p[n:]
+		if s.startup {
+			if s.got < 4 {
+				continue
+			}
+			size := int(binary.BigEndian.Uint32(s.head[:4]))
+			s.startup = false
+			s.left = max(size-s.got, 0)
+			s.got = 0
+			continue
+		}
+		if s.got < 5 {
+			continue
+		}
+		size := 1 + int(binary.BigEndian.Uint32(s.head[1:5]))
+		if s.got < min(7, size) {
+			continue
+		}
+		switch s.head[0] {
+		case 'P': // Parse: statement name first
+			if size > 5 && s.head[5] != 0 {
+				delta++
+			}
+		case 'C': // Close: 'S' for a statement, then its name
+			if size > 6 && s.head[5] == 'S' && s.head[6] != 0 {
+				delta--
+			}
+		}
+		s.left = size - s.got
+		s.got = 0
+		if s.left < 0 { // a message shorter than head: the rest of head is the next message's
+			extra := append([]byte(nil), s.head[size:size-s.left]...)
+			s.left = 0
+			delta += s.scan(extra)
+		}
+	}
+	return delta
+}
