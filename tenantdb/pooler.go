@@ -42,7 +42,10 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	}
 	proxied, pid, err := behindProxy(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("tenantdb: check for a connection pooler: %w", err)
+		// A broken connection, which its first use will find: the next
+		// connection checks instead, and no connect fails for the check.
+		s.probed.Store(false)
+		return nil
 	}
 	if proxied {
 		s.logger.Warn("tenantdb: the connections go through a pooler or proxy (the server's process ID differs from the one "+

@@ -254,3 +254,33 @@ func TestScopeTransactionBeginWithOptions(t *testing.T) {
 	}
 	assertNothingHeld(t, p)
 }
+
+// TestScopeTransactionDefaultSearchPath: without Session.SearchPath the
+// pinned search_path is the login role's default (here a startup
+// parameter) with pg_temp last, whatever the session's own search_path
+// says, and the role is the login role whatever SET ROLE the session had.
+func TestScopeTransactionDefaultSearchPath(t *testing.T) {
+	dsn := setupPins(t)
+	pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: dsn + "&default_query_exec_mode=exec"}, 1)
+	pcfg.ConnConfig.RuntimeParams["search_path"] = "pin_private, public"
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+		Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := as("b")
+	// The tenant's own code changes its session; the next statement is pinned.
+	if _, err := p.Exec(ctx, "set search_path = public; set role "+bypassRole); err != nil {
+		t.Fatal(err)
+	}
+	var path, role string
+	if err := p.QueryRow(ctx, "select current_setting('search_path'), current_user::text").Scan(&path, &role); err != nil {
+		t.Fatal(err)
+	}
+	if path != "pin_private, public, pg_temp" || role != rlsRole {
+		t.Fatalf("search_path %q as %s; want the startup parameter's with pg_temp last, as %s", path, role, rlsRole)
+	}
+}
