@@ -57,8 +57,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		return Permit{}, validateID(id, g.cfg.MaxTenantIDLen)
 	}
 	if err := ctx.Err(); err != nil {
-		d.Outcome = ctxOutcome(err)
-		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, err)
+		return Permit{}, g.endedOnArrival(id, err, d)
 	}
 	class, err := g.classOf(ctx)
 	if err != nil {
@@ -177,6 +176,26 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	g.waiting++
 	class.waiting++
 	return g.admitLocked(ctx, w, d)
+}
+
+// endedOnArrival fails a request whose ctx ended before it arrived. The ID
+// is validated first, as a new tenant's is: an invalid one is ErrInvalidTenant
+// (Failed), never a cancellation. The outcome is then ctx's, and the tracer
+// learns the plan only of a tenant the Gate already tracks, so that an ID
+// nobody resolved is not measured as a tenant's.
+func (g *Gate) endedOnArrival(id string, ctxErr error, d *TraceAcquireEndData) error {
+	if err := validateID(id, g.cfg.MaxTenantIDLen); err != nil {
+		return err
+	}
+	d.Outcome = ctxOutcome(ctxErr)
+	if g.cfg.Tracer != nil {
+		g.mu.Lock()
+		if t := g.tenants[id]; t != nil && t.plan != nil {
+			d.Plan = t.plan.name
+		}
+		g.mu.Unlock()
+	}
+	return fmt.Errorf("pool: tenant %q: %w", id, ctxErr)
 }
 
 // fastLocked reports whether a request of class c for t can be granted on
@@ -378,14 +397,16 @@ func (g *Gate) fillWaitsLocked(w *waiter, d *TraceAcquireEndData) {
 	if end == 0 {
 		end = g.lastNow
 	}
-	if w.promoted != 0 {
-		d.TenantWait = time.Duration(w.promoted - w.enqueued)
-		d.GlobalWait = time.Duration(end - w.promoted - w.clusterWait)
-	} else {
-		d.TenantWait = time.Duration(end - w.enqueued)
-	}
-	d.ClusterWait = time.Duration(w.clusterWait)
+	// The three waits add up to the whole: a request sent back to the cap
+	// after asking the cluster counts that time once, as cluster wait.
 	waited := end - w.enqueued
+	var global int64
+	if w.promoted != 0 {
+		global = max(0, end-w.promoted-w.clusterWait)
+	}
+	d.GlobalWait = time.Duration(global)
+	d.ClusterWait = time.Duration(w.clusterWait)
+	d.TenantWait = time.Duration(max(0, waited-global-w.clusterWait))
 	w.t.waitTotal += waited
 	w.l.waitTotal += waited
 	w.l.class.waitTotal += waited

@@ -402,3 +402,100 @@ func TestMaxReservedMustLeaveSharedCapacity(t *testing.T) {
 		t.Fatalf("MaxReserved == Capacity: err = %v, want ErrInvalidConfig", err)
 	}
 }
+
+func TestClassClusterAnswerAfterACutWaitsInItsLane(t *testing.T) {
+	// A batch request holding one of acme's batch slots asks the cluster;
+	// meanwhile acme's cap is cut below what it holds. When the cluster says
+	// yes, the request goes back to the front of its own lane's queue
+	// (keeping its lease), not to the default class's, and nothing is
+	// granted above the tenant's cap or the class's.
+	violations := countViolations(t)
+	gc := newGatedCluster()
+	g, _ := newTestGate(t, Config{Capacity: 8, Cluster: gc,
+		Plans:   map[string]Plan{"p": {MaxConns: 4, MaxWaiting: Unbounded}},
+		Classes: map[string]Class{"batch": {MaxConns: 3, MaxWaiting: Unbounded, MaxShare: 1}}})
+	batch := WithClass(context.Background(), "batch")
+	var held []Permit
+	for range 2 {
+		p, err := g.Acquire(batch, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	gc.blocking.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		p, err := g.Acquire(batch, "acme")
+		p.Release()
+		done <- err
+	}()
+	recvErr(t, gc.entered)
+	if err := g.SetTenantLimit("acme", 2); err != nil {
+		t.Fatal(err)
+	}
+	gc.proceed <- struct{}{}
+	waitUntil(t, "the batch request is back in its lane's queue", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		lanes := g.tenants["acme"].wait.lanes
+		return lanes[1].capQ.n == 1 && lanes[0].capQ.n == 0 && lanes[1].clusterPending == 0
+	})
+	if n := gc.outstanding(); n != 3 || violations.Load() != 0 {
+		t.Fatalf("%d leases outstanding (want 3: the queued request keeps its lease), %d violations", n, violations.Load())
+	}
+	held[0].Release() // 1 held, below the cap of 2: the batch request goes
+	if err := recvErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+	held[1].Release()
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 || gc.outstanding() != 0 || violations.Load() != 0 {
+		t.Fatalf("after the run: %+v, %d leases, %d violations", s, gc.outstanding(), violations.Load())
+	}
+}
+
+func TestCutDemotesNamedClassesBeforeTheDefault(t *testing.T) {
+	// With acme's requests of both classes waiting for capacity, a cut of
+	// its cap sends the batch ones back to their queue first, so the slots
+	// left go to the default class.
+	g, _ := newTestGate(t, Config{Capacity: 6,
+		Plans:   map[string]Plan{"p": {MaxConns: 6, MaxWaiting: Unbounded}},
+		Classes: map[string]Class{"batch": {MaxConns: 3, MaxWaiting: Unbounded, MaxShare: 1}}})
+	var blockers []Permit
+	for range 6 {
+		blockers = append(blockers, acquire(t, g, "other"))
+	}
+	batch := WithClass(context.Background(), "batch")
+	results := make(chan error, 4)
+	for _, ctx := range []context.Context{batch, batch, context.Background(), context.Background()} {
+		go func() {
+			p, err := g.Acquire(ctx, "acme")
+			p.Release()
+			results <- err
+		}()
+	}
+	waitUntil(t, "acme's four wait for capacity", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		t := g.tenants["acme"]
+		return t != nil && t.wait != nil && t.wait.lanes[0].globalQ.n == 2 && t.wait.lanes[1].globalQ.n == 2
+	})
+	if err := g.SetTenantLimit("acme", 2); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	lanes := g.tenants["acme"].wait.lanes
+	def, bat := lanes[0].globalQ.n, lanes[1].globalQ.n
+	g.mu.Unlock()
+	if def != 2 || bat != 0 {
+		t.Fatalf("after the cut %d default and %d batch requests hold slots, want 2 and 0", def, bat)
+	}
+	for _, p := range blockers {
+		p.Release()
+	}
+	for range 4 {
+		if err := recvErr(t, results); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -64,7 +64,8 @@ type TraceAcquireEndData struct {
 	// and for a request whose class is unknown (ErrUnknownClass).
 	Class string
 	// Plan is the tenant's plan; empty when the request failed before the
-	// tenant was resolved.
+	// tenant was resolved, and for a tenant the Gate did not yet track whose
+	// context had ended on arrival: a tracer measures a tenant only with it.
 	Plan string
 	// Limit and InUse are the tenant's cap and permits held when the request
 	// arrived; EffectiveLimit its effective limit then (Limit unless
@@ -75,7 +76,8 @@ type TraceAcquireEndData struct {
 	// without waiting, n when n-1 of the tenant's requests were ahead of it.
 	Position int
 	// TenantWait is the time spent waiting for the tenant's own cap,
-	// GlobalWait the time spent waiting for global capacity after that.
+	// GlobalWait the time spent waiting for global capacity after that;
+	// with ClusterWait they add up to the request's whole wait.
 	TenantWait, GlobalWait time.Duration
 	// ClusterWait is the time spent taking a cluster-wide slot (a round trip
 	// at least), 0 without Config.Cluster. ClusterLocal reports that the

@@ -95,9 +95,10 @@ func newDatabases(template *pgxpool.Config, cfg Config, idleTTL time.Duration) *
 	return d
 }
 
-// wrapTemplate makes pgxCfg count its connections in the budget (for the
-// template's own pool, Pool.Pgxpool) and skip the session setup of an
-// eviction's acquire.
+// wrapTemplate makes pgxCfg, the config of db's pgxpool (a tenant
+// database's, or the template's own for Pool.Pgxpool), count its
+// connections in the budget and skip the session setup of an eviction's
+// acquire.
 func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 	pgxCfg.MinConns, pgxCfg.MinIdleConns = 0, 0
 	pgxCfg.ConnConfig.DialFunc = d.budget.dial(db, pgxCfg.ConnConfig.DialFunc)

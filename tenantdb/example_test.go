@@ -2,6 +2,7 @@ package tenantdb_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -86,4 +87,39 @@ func ExampleSession() {
 	// Sees acme's orders only, whichever connection it gets.
 	var n int
 	_ = p.QueryRow(tenantdb.WithTenant(context.Background(), "acme"), "select count(*) from orders").Scan(&n)
+}
+
+// A tenant's import runs as its batch class: at most 6 of its 10
+// connections, queued up to 1,000 statements deep, and all tenants' batch
+// work at most three quarters of the shared pool, so the tenant's users
+// keep at least 4 connections and find free ones in the pool. A small plan
+// sets its own batch cap.
+func ExampleWithClass() {
+	pgxCfg, _ := pgxpool.ParseConfig("postgres://app@127.0.0.1:5432/app") // connects lazily
+	pgxCfg.MaxConns = 20
+	p, err := tenantdb.New(context.Background(), pgxCfg, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{
+			"standard": {MaxConns: 10},
+			"free":     {MaxConns: 2, ClassConns: map[string]int{"batch": 1}},
+		},
+		DefaultPlan: "standard",
+		Classes: map[string]tenantdb.Class{
+			"batch": {MaxConns: 6, MaxShare: 0.75, MaxWaiting: 1000, MaxWait: time.Minute},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+
+	ctx := tenantdb.WithTenant(context.Background(), "acme")
+	importCtx := tenantdb.WithClass(ctx, "batch")
+	_, _ = p.Exec(importCtx, "select 1") // takes one of acme's 6 batch slots (and fails here: no server)
+	fmt.Println(p.TenantStat("acme").Classes[1].Class, p.TenantStat("acme").Classes[1].Limit)
+
+	_, err = p.Exec(tenantdb.WithClass(ctx, "bulk"), "select 1")
+	fmt.Println(errors.Is(err, tenantdb.ErrUnknownClass))
+	// Output:
+	// batch 6
+	// true
 }

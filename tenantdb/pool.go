@@ -237,6 +237,9 @@ func (p *Pool) Reset() {
 }
 
 // Stat is the shared pgxpool's statistics plus the tenant gate's totals.
+// With Config.Database the pgxpool's are the template database's
+// (Pool.Pgxpool); DatabasesStat and AppendDatabaseStat have the tenant
+// databases'.
 type Stat struct {
 	*pgxpool.Stat
 	// Tenants are the gate's totals: connections in use and waiting across

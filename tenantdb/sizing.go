@@ -13,8 +13,12 @@ import (
 // Oversubscription is normal, since not every tenant is busy at once; the
 // check is for the typical moment.
 type Sizing struct {
-	// MaxConns is the shared pool's limit, which every tenant shares.
+	// MaxConns is the shared pool's limit, which every tenant shares: with
+	// Config.Database, the budget of all the tenant databases together.
 	MaxConns int
+	// Databases is how many tenant databases have a pool now, with
+	// Config.Database; 0 without.
+	Databases int
 	// MaxReserved is the most connections the reservations in force may
 	// keep (Config.MaxReserved with its default); Reserved is what they
 	// keep now.
@@ -54,6 +58,7 @@ type PlanSizing struct {
 func (p *Pool) Sizing() Sizing {
 	c := p.staticSizing()
 	c.Reserved = p.gate.Stat().Reserved
+	c.Databases = p.DatabasesStat().Databases
 	for _, t := range p.gate.AppendTenantStat(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++
@@ -97,6 +102,12 @@ func (p *Pool) staticSizing() Sizing {
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
 				"%d typically active tenants at the %q plan's cap of %d may hold %d connections, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
 				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, c.MaxConns))
+		}
+		if p.dbs != nil && c.TypicalActiveTenants > c.MaxConns {
+			c.Warnings = append(c.Warnings, fmt.Sprintf(
+				"%d typically active tenants, each in its own database, share a budget of %d connections: "+
+					"fewer connections than busy databases means a connect on most calls; raise MaxConns (the budget)",
+				c.TypicalActiveTenants, c.MaxConns))
 		}
 	}
 	return c

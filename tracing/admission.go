@@ -50,19 +50,15 @@ func admissionFrom(ctx context.Context) *admission {
 	return a
 }
 
-// maxTenantAttrLen bounds the tenant ID put on a span at the start, before
-// the Gate has validated it.
-const maxTenantAttrLen = 256
-
 // TraceAcquireStart starts the admission span when ctx's span is recording
 // (or WithRootSpans is set). When neither a span nor leak detection needs
 // state, it returns ctx as it is and allocates nothing.
 func (t *Tracer) TraceAcquireStart(ctx context.Context, g *pool.Gate, data pool.TraceAcquireStartData) context.Context {
-	id := data.Tenant
-	if len(id) > maxTenantAttrLen {
-		id = id[:maxTenantAttrLen]
+	var attrs []attribute.KeyValue
+	if kv, ok := tenantAttr(data.Tenant); ok {
+		attrs = []attribute.KeyValue{kv}
 	}
-	_, span := t.startSpan(ctx, AcquireSpanName, trace.SpanKindInternal, TenantKey.String(id))
+	_, span := t.startSpan(ctx, AcquireSpanName, trace.SpanKindInternal, attrs...)
 	if span == nil && t.cfg.leakThreshold == 0 {
 		return ctx
 	}
@@ -101,12 +97,13 @@ func (t *Tracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceRel
 }
 
 func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) {
-	if d.Outcome == pool.Failed {
-		// The tenant may be invalid and its plan is unknown: nothing to
-		// label it with, and a flood of bad IDs must not reach the labels.
+	if d.Outcome == pool.Failed || d.Plan == "" {
+		// The Gate resolved no tenant (an invalid ID, a Lookup error, a
+		// context that had ended before an unknown tenant's request came):
+		// nothing to label, and a flood of such IDs must not reach the labels.
 		return
 	}
-	wait := (d.TenantWait + d.GlobalWait).Seconds()
+	wait := (d.TenantWait + d.GlobalWait + d.ClusterWait).Seconds()
 	s := t.labels.forTenant(d.Tenant, d.Plan)
 	t.tenantWait.Record(ctx, wait, s.recByOutc[d.Outcome]...)
 	switch d.Outcome {

@@ -37,6 +37,14 @@ type instruments struct {
 	classAdmissions metric.Int64ObservableCounter
 	classWait       metric.Float64ObservableCounter
 	classUse        metric.Float64ObservableCounter
+
+	// Database-per-tenant instruments (tenantdb.Config.Database), observed
+	// from the Pool's stats; the count only for databases with a
+	// connection open, at most the budget of them.
+	dbCount    metric.Int64ObservableUpDownCounter
+	dbOpens    metric.Int64ObservableCounter
+	dbCloses   metric.Int64ObservableCounter
+	dbOpenTime metric.Float64ObservableCounter
 }
 
 // durationBuckets are the explicit histogram boundaries, in seconds, that the
@@ -135,6 +143,24 @@ func (in *instruments) create(m metric.Meter) error {
 	in.classUse, err = m.Float64ObservableCounter("tenantdb.class.connection.use_time",
 		metric.WithUnit("s"),
 		metric.WithDescription("Total time a class held connections (estimated from a sample where not timed)."))
+	check(err)
+	in.dbCount, err = m.Int64ObservableUpDownCounter("tenantdb.database.connection.count",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A tenant database's connections by state (used, idle), for the databases with one open: "+
+			"at most the budget of them."))
+	check(err)
+	in.dbOpens, err = m.Int64ObservableCounter("tenantdb.database.connection.opens",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections opened across the tenant databases: beside the calls, the churn of "+
+			"moving connections between databases."))
+	check(err)
+	in.dbCloses, err = m.Int64ObservableCounter("tenantdb.database.connection.closes",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections closed across the tenant databases."))
+	check(err)
+	in.dbOpenTime, err = m.Float64ObservableCounter("tenantdb.database.connection.open_time",
+		metric.WithUnit("s"),
+		metric.WithDescription("Total time of those opens, from asking the budget for room to the connection being ready."))
 	check(err)
 	return errors.Join(errs...)
 }

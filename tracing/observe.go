@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenantdb/tenantdb/pool"
 	"github.com/tenantdb/tenantdb/tenantdb"
@@ -32,24 +33,37 @@ func (t *Tracer) ObservePool(p *tenantdb.Pool) (stop func() error, err error) {
 		return nil, errors.New("tracing: ObservePool: nil pool")
 	}
 	return t.observe(p.Gate(), func(o metric.Observer) {
-		used, idle, most := poolConns(p)
-		o.ObserveInt64(t.connCount, used, t.usedObs...)
-		o.ObserveInt64(t.connCount, idle, t.idleObs...)
-		o.ObserveInt64(t.connMax, most, t.poolObs...)
+		if st := p.DatabasesStat(); st.Budget > 0 {
+			t.observeDatabases(o, p, st)
+			return
+		}
+		s := p.Pgxpool().Stat()
+		o.ObserveInt64(t.connCount, int64(s.AcquiredConns()), t.usedObs...)
+		o.ObserveInt64(t.connCount, int64(s.IdleConns()), t.idleObs...)
+		o.ObserveInt64(t.connMax, int64(s.MaxConns()), t.poolObs...)
 	})
 }
 
-// poolConns returns p's connections in use and idle and its limit: with
-// tenantdb.Config.Database, those of every database and the budget.
-func poolConns(p *tenantdb.Pool) (used, idle, most int64) {
-	if budget := p.DatabasesStat().Budget; budget > 0 {
-		for _, d := range p.AppendDatabaseStat(nil) {
-			used, idle = used+int64(d.InUse), idle+int64(d.Idle)
+// observeDatabases reports a Pool with tenantdb.Config.Database: the
+// connections of every database against the budget, each database with a
+// connection open, and the opens, closes and their time.
+func (t *Tracer) observeDatabases(o metric.Observer, p *tenantdb.Pool, st tenantdb.DatabasesStat) {
+	var used, idle int64
+	for _, d := range p.AppendDatabaseStat(nil) {
+		used, idle = used+int64(d.InUse), idle+int64(d.Idle)
+		if d.Open == 0 {
+			continue
 		}
-		return used, idle, int64(budget)
+		attrs := append(t.poolAttrs[:len(t.poolAttrs):len(t.poolAttrs)], semconv.DBNamespace(d.Database))
+		o.ObserveInt64(t.dbCount, int64(d.InUse), metric.WithAttributes(append(attrs, semconv.DBClientConnectionStateUsed)...))
+		o.ObserveInt64(t.dbCount, int64(d.Idle), metric.WithAttributes(append(attrs, semconv.DBClientConnectionStateIdle)...))
 	}
-	s := p.Pgxpool().Stat()
-	return int64(s.AcquiredConns()), int64(s.IdleConns()), int64(s.MaxConns())
+	o.ObserveInt64(t.connCount, used, t.usedObs...)
+	o.ObserveInt64(t.connCount, idle, t.idleObs...)
+	o.ObserveInt64(t.connMax, int64(st.Budget), t.poolObs...)
+	o.ObserveInt64(t.dbOpens, st.Opens, t.poolObs...)
+	o.ObserveInt64(t.dbCloses, st.Closes, t.poolObs...)
+	o.ObserveFloat64(t.dbOpenTime, st.ConnectTime.Seconds(), t.poolObs...)
 }
 
 // ObserveGate is ObservePool for a bare pool.Gate, which bulkheads something
@@ -94,7 +108,8 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 		}
 		return nil
 	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax,
-		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse)
+		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse,
+		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime)
 	if err != nil {
 		t.mu.Lock()
 		t.observing = false

@@ -104,10 +104,9 @@ func (t *Tracer) wantSpan(ctx context.Context) bool {
 // appendTenant adds the tenant of ctx, if any.
 func appendTenant(ctx context.Context, attrs []attribute.KeyValue) []attribute.KeyValue {
 	if id, ok := tenantdb.TenantFrom(ctx); ok {
-		if len(id) > maxTenantAttrLen {
-			id = id[:maxTenantAttrLen]
+		if kv, ok := tenantAttr(id); ok {
+			attrs = append(attrs, kv)
 		}
-		attrs = append(attrs, TenantKey.String(id))
 	}
 	return attrs
 }

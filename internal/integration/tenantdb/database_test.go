@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -149,6 +150,7 @@ func TestDatabasePerTenant(t *testing.T) {
 	t.Run("BudgetServesEveryDatabase", s.testBudget)
 	t.Run("BadDatabaseHurtsOnlyItsTenant", s.testBadDatabase)
 	t.Run("SlowDatabaseHoldsOnlyItsTenant", s.testSlowDatabase)
+	t.Run("DatabasesAreBounded", s.testDatabasesBounded)
 	t.Run("NoisyTenantInAnotherDatabase", s.testNoisyNeighbour)
 }
 
@@ -601,5 +603,67 @@ func TestDatabaseSeesOnlyValidTenants(t *testing.T) {
 	}
 	if n := asked.Load(); n != 0 {
 		t.Fatalf("Config.Database was asked %d times for malformed tenants", n)
+	}
+}
+
+// TestDatabaseSizing: with Config.Database, Sizing's MaxConns is the budget
+// and it warns when the typically busy databases outnumber it.
+func TestDatabaseSizing(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), lazyConfig(t, 8), tenantdb.Config{
+		Database: tenantDB, TypicalActiveTenants: 20,
+		Plans:  map[string]tenantdb.Plan{"p": {MaxConns: 1}},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s := p.Sizing()
+	if s.MaxConns != 8 || !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "own database") }) {
+		t.Fatalf("%+v: want the budget 8 and a warning that 20 busy databases outnumber it", s)
+	}
+}
+
+// testDatabasesBounded checks that the per-database state is bounded by
+// MaxDatabases, dropped (with its connections) when unused for IdleTTL, and
+// that a database over the bound, with every other one busy, is refused.
+func (s *perTenant) testDatabasesBounded(t *testing.T) {
+	p := s.pool(t, 4, tenantdb.Config{
+		Plans:        map[string]tenantdb.Plan{"p": {MaxConns: 2}},
+		MaxDatabases: 2,
+		IdleTTL:      200 * time.Millisecond,
+	})
+	for i := range 5 {
+		if err := p.Ping(as(tenantN(30 + i))); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.DatabasesStat(); st.Databases > 2 || st.Open > 2 {
+			t.Fatalf("after %d databases: %+v, want at most MaxDatabases 2 with their connections", i+1, st)
+		}
+	}
+	// With both databases busy, a third is refused, and holds nothing.
+	a, err := p.Acquire(as("t030"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(as("t031"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Ping(as("t032")); !errors.Is(err, tenantdb.ErrTooManyDatabases) {
+		t.Fatalf("a third database beside two busy ones: %v, want ErrTooManyDatabases", err)
+	}
+	if st := p.TenantStat("t032"); st.InUse != 0 {
+		t.Fatalf("the refused tenant holds %d", st.InUse)
+	}
+	a.Release()
+	b.Release()
+	// Unused, they go with their connections.
+	eventually(t, "the unused databases dropped", func() bool {
+		st := p.DatabasesStat()
+		return st.Databases == 0 && st.Open == 0
+	})
+	if n := s.ours(t); n != 0 {
+		t.Fatalf("the server still counts %d of our connections", n)
 	}
 }

@@ -74,4 +74,20 @@ func TestDatabasePerTenantSpansAndMetrics(t *testing.T) {
 	if got := value(t, rm, "db.client.connection.max", name).value; got != 3 {
 		t.Errorf("max %v, want the budget 3", got)
 	}
+	for db, want := range map[string][2]float64{"tracing_acme": {1, 0}, "tracing_globex": {0, 1}} {
+		ns := semconv.DBNamespace(db)
+		got := [2]float64{
+			value(t, rm, "tenantdb.database.connection.count", name, ns, semconv.DBClientConnectionStateUsed).value,
+			value(t, rm, "tenantdb.database.connection.count", name, ns, semconv.DBClientConnectionStateIdle).value,
+		}
+		if got != want {
+			t.Errorf("%s: used and idle %v, want %v", db, got, want)
+		}
+	}
+	if got := value(t, rm, "tenantdb.database.connection.opens", name).value; got != 2 {
+		t.Errorf("opens %v, want 2", got)
+	}
+	if got := value(t, rm, "tenantdb.database.connection.open_time", name).value; got <= 0 {
+		t.Errorf("open time %v, want some", got)
+	}
 }
