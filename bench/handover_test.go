@@ -135,7 +135,7 @@ func BenchmarkTenantHandover(b *testing.B) {
 				strings.Join(rounds, " "), ratio, base)
 			b.ReportMetric(ratio, strings.NewReplacer(" ", "", ",", "-").Replace(v.name)+"-x")
 		}
-		b.Log(table.String())
+		fmt.Println(table.String()) // b.Log would keep only the first lines without -v
 	}
 	b.ReportMetric(0, "ns/op")
 }
