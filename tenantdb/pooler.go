@@ -26,7 +26,10 @@ const defaultPathKey = "tenantdb.defaultPath"
 func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	if s.transactional() {
 		var path string
-		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name = 'search_path'",
+		// The operator is named by schema: behind a transaction pooler
+		// the session may be another client's, whose search_path can put
+		// another "=" first.
+		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name operator(pg_catalog.=) 'search_path'",
 			pgx.QueryExecModeSimpleProtocol).Scan(&path)
 		if err != nil {
 			return fmt.Errorf("tenantdb: read the login role's default search_path: %w", err)
