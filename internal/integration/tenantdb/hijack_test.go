@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
 // TestHandoverCheckCannotBeShadowed: the reset checks pgx's prepared
@@ -66,5 +69,62 @@ func TestHandoverCheckCannotBeShadowed(t *testing.T) {
 			}
 			assertNothingHeld(t, p)
 		}
+	}
+}
+
+// TestScopeTransactionDefaultPathCannotBeShadowed: behind PgBouncer in
+// pool_mode=transaction (one server connection), a new connection of the
+// Pool reads the login role's default search_path, to pin it for tenants
+// without a SearchPath, on a server session that tenant a changed: a
+// search_path that puts a's schema, with an "=" operator that is always
+// true, before pg_catalog, and a temporary pin_docs of a's rows. Tenant b's
+// reads through that connection must still find the real pin_docs, under
+// its policy: b's rows only.
+func TestScopeTransactionDefaultPathCannotBeShadowed(t *testing.T) {
+	setupPins(t)
+	admin, err := pgx.Connect(t.Context(), sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(t.Context(), "grant create on schema pin_private to "+rlsRole); err != nil {
+		t.Fatal(err)
+	}
+	bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
+		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
+		tenantdbtest.WithPoolSize(1),
+		tenantdbtest.WithPgBouncerUser(rlsRole, "app"))
+	bdsn := bouncer.DSNFor(rlsRole, "app") + "&default_query_exec_mode=exec"
+	newPool := func() *tenantdb.Pool {
+		p, err := tenantdb.New(context.Background(), pgxConfig(t, &tenantdbtest.Postgres{DSN: bdsn}, 1), tenantdb.Config{
+			Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+			Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	read := func(p *tenantdb.Pool) string {
+		var tenants, role string
+		if err := p.QueryRow(as("b"), pinRead).Scan(&tenants, &role); err != nil {
+			return "error: " + err.Error()
+		}
+		return tenants
+	}
+	if got := read(newPool()); got != "b" {
+		t.Fatalf("b read %q before a's turn, want %q", got, "b")
+	}
+	_, err = newPool().Exec(as("a"), `create function pin_private.always(text, text) returns boolean
+			language sql immutable as 'select true';
+		create operator pin_private.= (leftarg = text, rightarg = text, function = pin_private.always);
+		create temp table pin_docs as select 'planted by a' as tenant, 'x' as body;
+		select pg_catalog.set_config('search_path', 'pin_private, pg_catalog', false)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(newPool()); got != "b" {
+		t.Errorf("after a's turn, b's read on a new connection saw %q, want %q", got, "b")
 	}
 }
