@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/pool"
@@ -78,7 +77,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	pgxCfg = pgxCfg.Copy()
 	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
 		if own := pgxCfg.ConnConfig.Tracer; own != nil {
-			pgxCfg.ConnConfig.Tracer = multitracer.New(own, qt)
+			pgxCfg.ConnConfig.Tracer = chainTracers(own, qt)
 		} else {
 			pgxCfg.ConnConfig.Tracer = qt
 		}
