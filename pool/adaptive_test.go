@@ -533,7 +533,10 @@ func TestAdaptiveLimitWaitingTypeFromTheDefaultFloor(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	a := newAdaptiveLimit(cfg.MinConns, 1)
 	limits, _ := simulate(a, cfg, cfg.MinConns, 10, 10, 1, waitingType(time.Second))
-	// 1 → 2 → 4 → 8 → 10: one round more than from a floor of 2.
+	// 1 → 2 → 4 → 8 → 10: one round more than from a floor of 2. This is
+	// the mechanism, not the goal: 15 requests in 4 rounds where the cap
+	// serves 40 make a pure-wait flood of 10 rounds at the cap take at least
+	// 13 (1.3x its ideal, where the goal is 1.1x; bench/noisy oracle-flood).
 	if limits[3] != 10 {
 		t.Fatalf("limits %v, want the cap 10 after 4 rounds", limits)
 	}

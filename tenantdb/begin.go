@@ -1,6 +1,10 @@
 package tenantdb
 
-import "strings"
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"strings"
+)
 
 // WithLocalSettings returns the simple-protocol query that runs sql with
 // local, the statement of Slot.LocalSettings, in front of it in the same
@@ -81,4 +85,58 @@ func skipSpace(sql string, i int) int {
 		}
 	}
 	return i
+}
+
+// BeginsTransaction reports whether sql's first statement, after spaces and
+// comments, is BEGIN or START TRANSACTION: for an adapter that must place
+// the tenant's values after it (see WithLocalSettings) or refuse it.
+func BeginsTransaction(sql string) bool {
+	_, ok := leadingBegin(sql)
+	return ok
+}
+
+// beginOnly reports whether sql is a BEGIN or START TRANSACTION alone.
+func beginOnly(sql string) bool {
+	end, ok := leadingBegin(sql)
+	return ok && (end == len(sql) || skipSpace(sql, end+1) == len(sql))
+}
+
+// afterBegin is the results of a batch whose second query is the tenant's
+// setting, sent after the batch's own BEGIN: its result is read here, when
+// the caller moves past the BEGIN's.
+type afterBegin struct {
+	pgx.BatchResults
+	read int
+}
+
+// next counts a result the caller reads, and reads the setting's result
+// first when the caller moves to the batch's second query.
+func (b *afterBegin) next() error {
+	b.read++
+	if b.read != 2 {
+		return nil
+	}
+	_, err := b.BatchResults.Exec()
+	return err
+}
+
+func (b *afterBegin) Exec() (pgconn.CommandTag, error) {
+	if err := b.next(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return b.BatchResults.Exec()
+}
+
+func (b *afterBegin) Query() (pgx.Rows, error) {
+	if err := b.next(); err != nil {
+		return errRows{err}, err
+	}
+	return b.BatchResults.Query()
+}
+
+func (b *afterBegin) QueryRow() pgx.Row {
+	if err := b.next(); err != nil {
+		return errRow{err}
+	}
+	return b.BatchResults.QueryRow()
 }

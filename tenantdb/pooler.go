@@ -26,7 +26,10 @@ const defaultPathKey = "tenantdb.defaultPath"
 func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	if s.transactional() {
 		var path string
-		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name = 'search_path'",
+		// The operator is named by schema: behind a transaction pooler
+		// the session may be another client's, whose search_path can put
+		// another "=" first.
+		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name operator(pg_catalog.=) 'search_path'",
 			pgx.QueryExecModeSimpleProtocol).Scan(&path)
 		if err != nil {
 			return fmt.Errorf("tenantdb: read the login role's default search_path: %w", err)
@@ -39,7 +42,10 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	}
 	proxied, pid, err := behindProxy(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("tenantdb: check for a connection pooler: %w", err)
+		// A broken connection, which its first use will find: the next
+		// connection checks instead, and no connect fails for the check.
+		s.probed.Store(false)
+		return nil
 	}
 	if proxied {
 		s.logger.Warn("tenantdb: the connections go through a pooler or proxy (the server's process ID differs from the one "+

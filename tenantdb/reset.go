@@ -21,7 +21,7 @@ var resetStatements = []string{
 	"set session authorization default",
 	"reset all",
 	"unlisten *",
-	"select pg_advisory_unlock_all()",
+	"select pg_catalog.pg_advisory_unlock_all()",
 	"discard temp",
 	"discard sequences",
 }
@@ -37,15 +37,19 @@ var resetStatements = []string{
 // the server skips the statement sent after it, and the connection is reset
 // the slow way (slowReset). Statements pgx did not name through its cache
 // fail it too. When pgx holds none, there is nothing to keep: every
-// statement goes.
+// statement goes. It runs in the previous holder's session, so every name
+// in it is qualified with pg_catalog: a temporary view (pg_temp comes before
+// pg_catalog for relations) or a function or operator in a schema that its
+// search_path puts first must not answer for the catalog's.
 func statementsCheck(named int) string {
 	if named == 0 {
 		return "deallocate all"
 	}
-	return "select case when count(*) = " + strconv.Itoa(named) +
-		" and count(*) filter (where from_sql or left(name, 10) <> 'stmtcache_') = 0 then 0" +
-		" else ('tenantdb: ' || count(*) || ' prepared statements, ' || count(*) filter (where from_sql)" +
-		" || ' of them by SQL, where pgx prepared " + strconv.Itoa(named) + "')::int end from pg_prepared_statements"
+	n := strconv.Itoa(named)
+	return "select case when pg_catalog.count(*) operator(pg_catalog.=) " + n +
+		" and pg_catalog.count(*) filter (where from_sql or pg_catalog.left(name, 10) operator(pg_catalog.<>) 'stmtcache_')" +
+		" operator(pg_catalog.=) 0 then 0 else pg_catalog.format('tenantdb: %s prepared statements, %s of them by SQL, where pgx prepared " + n + "'," +
+		" pg_catalog.count(*), pg_catalog.count(*) filter (where from_sql))::int end from pg_catalog.pg_prepared_statement()"
 }
 
 // encodeStatements encodes statements as extended-protocol messages on the
@@ -84,9 +88,7 @@ func readySession(conn *pgx.Conn, tenant, values string) {
 		w.own(tenant)
 		return
 	}
-	// The reset commits on its own: a statement that fails after it, or a
-	// transaction that rolls back, cannot undo it.
-	msgs, n := encodeStatements(append(statements, "commit"))
+	msgs, n := encodeStatements(statements)
 	w.arm(msgs, n, tenant)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -113,9 +114,15 @@ func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, 
 // query, whose result is read here: b's own results follow as usual, and a
 // batch that begins a transaction (pgx.Batch.BeginTx) keeps the setting in
 // it, since a BEGIN turns the implicit transaction into an explicit one.
+// After a BEGIN that comes first in b, the setting goes second: a BEGIN with
+// an isolation level must be the first statement of its transaction.
 func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if !r.sets() {
 		return r.conn.SendBatch(ctx, b)
+	}
+	if q := b.QueuedQueries; len(q) > 0 && len(q[0].Arguments) == 0 && beginOnly(q[0].SQL) {
+		b.QueuedQueries = slices.Insert(q, 1, &pgx.QueuedQuery{SQL: r.local})
+		return &afterBegin{BatchResults: r.conn.SendBatch(ctx, b)}
 	}
 	b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: r.local}}, b.QueuedQueries...)
 	br := r.conn.SendBatch(ctx, b)

@@ -155,7 +155,7 @@ func (s *sessionSetup) values(tenant string, local bool, defaultPath string) ([]
 			// The role's default: a scalar subquery, evaluated only here,
 			// never for a tenant with a path.
 			exprs = append(exprs, setConfig("search_path",
-				"(select reset_val from pg_catalog.pg_settings where name = 'search_path')", false))
+				"(select reset_val from pg_catalog.pg_settings where name operator(pg_catalog.=) 'search_path')", false))
 		}
 	}
 	return exprs, nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,58 @@ func TestOracleRatios(t *testing.T) {
 	table := oracleTable(rs)
 	if !strings.Contains(table, "MISSED: oracle-cpu adaptive quiet p50 1.25x") || !strings.Contains(table, "met: oracle-cpu adaptive noisy makespan 1.05x") {
 		t.Fatalf("table:\n%s", table)
+	}
+}
+
+// TestOracleTimelineAndIdeal: the adaptive runs' timelines are written as
+// data and a plot, and a workload with an ideal makespan is judged by it.
+func TestOracleTimelineAndIdeal(t *testing.T) {
+	ms := time.Millisecond
+	tr := func(round int) *timeline {
+		return &timeline{Round: round, Makespan: 30, Limits: []limitSample{
+			{At: 0, Tenant: "noisy", Limit: 1}, {At: 0, Tenant: "quiet", Limit: 1},
+			{At: 10, Tenant: "noisy", Limit: 2}, {At: 10, Tenant: "quiet", Limit: 1},
+			{At: 20, Tenant: "noisy", Limit: 2}, {At: 20, Tenant: "quiet", Limit: 1},
+		}, Quiet: []quietSample{{At: 5, Latency: 1.5}, {At: 25, Latency: 3}}}
+	}
+	run := func(makespan time.Duration, trace *timeline) oracleRun {
+		return oracleRun{unloadedP50: ms, p50: ms, p99: 2 * ms, makespan: makespan, medLimit: 10, trace: trace}
+	}
+	// static 10, adaptive; the ideal is 5 s.
+	rounds := [][]oracleRun{{run(5100*ms, nil), run(6000*ms, tr(1))}, {run(5000*ms, nil), run(5400*ms, tr(2))}}
+	dir := t.TempDir()
+	if err := writeTimelines(dir, "oracle-flood", rounds); err != nil {
+		t.Fatal(err)
+	}
+	csv, err := os.ReadFile(filepath.Join(dir, "timeline-oracle-flood.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"round,t_ms,series,tenant,value\n", "1,10.0,effective_limit,noisy,2\n",
+		"2,25.0,quiet_latency_ms,quiet,3.000\n", "2,20.0,effective_limit,quiet,1\n"} {
+		if !strings.Contains(string(csv), want) {
+			t.Errorf("csv lacks %q:\n%s", want, csv)
+		}
+	}
+	if strings.Contains(string(csv), "1,10.0,effective_limit,quiet") {
+		t.Errorf("csv repeats an unchanged limit mid-run:\n%s", csv)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "timeline-oracle-flood.png")); err != nil || fi.Size() == 0 {
+		t.Fatalf("plot: %v", err)
+	}
+	rs := oracleResults("oracle-flood", rounds, []time.Duration{ms, ms})
+	if len(rs) != 2 || rs[1].Tenant != "adaptive" {
+		t.Fatalf("rows %+v, want static 10 and adaptive", rs)
+	}
+	// 6.0/5 and 5.4/5: median 1.14.
+	if o := rs[1].Oracle; math.Abs(o.IdealRatio-1.14) > 1e-9 || o.IdealMakespan != 5000 {
+		t.Fatalf("ideal ratio %v of %v ms, want 1.14 of 5000", o.IdealRatio, o.IdealMakespan)
+	}
+	table := oracleTable(rs)
+	for _, want := range []string{"MISSED: oracle-flood adaptive noisy makespan 1.14x the ideal 5,000 ms (rounds: 1.20, 1.08; goal ≤ 1.1x)",
+		"met: oracle-flood adaptive quiet p99 1.00x", "5,700 ms [5,400 ms-6,000 ms]"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
 	}
 }

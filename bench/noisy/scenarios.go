@@ -40,6 +40,8 @@ var scenarios = []scenario{
 	{"oracle-sleep", "as oracle-cpu: pg_sleep waits", runOracle},
 	{"oracle-mix", "as oracle-cpu: the noisy tenant alternates between bursts of scans and of waits", runOracle},
 	{"oracle-multi", "as oracle-cpu: three noisy tenants at once", runOracle},
+	{"oracle-turns", "as oracle-cpu: scans and waits in turn within one burst", runOracle},
+	{"oracle-flood", "a flood that only waits (100 x pg_sleep(0.5), cap 10) against its ideal 5 s: static 10 and adaptive", runOracle},
 	{"own-queue", "issue 27: acme's import (noisy) and its users' reads (quiet) in one tenant, cap 10, queueing over it", runOwnTenant(classPlans(true, false))},
 	{"own-reject", "as own-queue, rejecting over the cap", runOwnTenant(classPlans(false, false))},
 	{"class-queue", "as own-queue, the import in a batch class of 6 of acme's 10", runOwnTenant(classPlans(true, true))},
@@ -73,6 +75,7 @@ type environment struct {
 	external bool                   // pg is the -dsn server, not one started here
 	cpuset   string                 // CPUs for the CPU-bound scenarios' server
 	rounds   int                    // of the oracle-* scenarios
+	out      string                 // -out: where the oracle-* scenarios write their timelines
 	cpuPG    *tenantdbtest.Postgres // started by the first CPU-bound scenario
 	work     workload
 	tracer   *tracing.Tracer // nil unless -otlp or -metrics
@@ -83,7 +86,7 @@ type environment struct {
 }
 
 func newEnvironment(ctx context.Context, pg *tenantdbtest.Postgres, opts options) (*environment, error) {
-	env := &environment{pg: pg, external: opts.dsn != "", cpuset: opts.cpuset, rounds: opts.rounds, work: newWorkload(opts.scale)}
+	env := &environment{pg: pg, external: opts.dsn != "", cpuset: opts.cpuset, rounds: opts.rounds, out: opts.out, work: newWorkload(opts.scale)}
 	// Two tenants, both worth a label of their own from their first
 	// request: the default TopTenants labels a tenant only once a
 	// collection has seen it busy, after the noisy burst has begun.

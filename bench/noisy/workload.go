@@ -41,6 +41,7 @@ func sleepSQL(tenant string, d time.Duration) string {
 // outcome is what one tenant saw in one run.
 type outcome struct {
 	latencies []time.Duration // of completed requests
+	ends      []time.Duration // when each of latencies completed, from the start of the run
 	rejects   []time.Duration // how long each over-limit rejection took
 	errors    int             // any other failure
 	makespan  time.Duration   // from the start of the run to its last answer
@@ -51,6 +52,7 @@ func (o *outcome) record(d time.Duration, err error, since time.Duration) {
 	switch {
 	case err == nil:
 		o.latencies = append(o.latencies, d)
+		o.ends = append(o.ends, since)
 	case errors.Is(err, tenantdb.ErrOverLimit):
 		o.rejects = append(o.rejects, d)
 	default:

@@ -6,7 +6,7 @@
 // for the handler's whole run, and a tenant over its cap gets 429 Too Many
 // Requests with Retry-After at once, or waits in its plan's bounded queue.
 // [Transport] admits outbound calls (a per-tenant share of a third-party API
-// quota): each holds a slot until its response body is closed.
+// quota): each holds a slot until its response body reaches EOF or is closed.
 //
 // Both carry the tenant in the context key of package pool (pool.WithTenant),
 // which tenantdb reads too: a handler behind Middleware calls tenantdb and

@@ -18,9 +18,11 @@ var ErrNoTenant = errors.New("poolhttp: no tenant in request context")
 // Transport is an http.RoundTripper that admits every outbound request
 // against Gate for the tenant in the request's context (pool.WithTenant,
 // tenantdb.WithTenant), before Base sends it. The slot is held until the
-// response body is closed, or released at once when Base returns an error:
-// a caller that never closes a body keeps its tenant's slot, as it would
-// keep the connection.
+// response body reaches EOF or is closed, whichever comes first (net/http
+// frees the connection at EOF too); it is released at once when the response
+// has no body (a 204, a HEAD) or Base returns an error. A caller that neither
+// reads a body to its end nor closes it keeps its tenant's slot, as it would
+// keep the connection. A protocol upgrade (101) holds it until Close.
 //
 // A request that is not admitted is not sent; RoundTrip returns ErrNoTenant
 // (no tenant in context) or Gate.Acquire's error: an *pool.OverLimitError
@@ -52,7 +54,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	resp, err := roundTrip(base, req, permit)
-	if err != nil || resp == nil || resp.Body == nil {
+	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		permit.Release()
 		return resp, err
 	}
@@ -60,7 +62,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
 		resp.Body = &releasingReadWriter{releasingBody: rb, w: rw} // 101 Switching Protocols
 	} else {
-		resp.Body = rb
+		resp.Body = &releasingAtEOF{rb}
 	}
 	return resp, nil
 }
@@ -97,6 +99,17 @@ func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.once.Do(b.permit.Release)
 	return err
+}
+
+// releasingAtEOF also releases its permit when a read reaches EOF.
+type releasingAtEOF struct{ *releasingBody }
+
+func (b *releasingAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(b.permit.Release)
+	}
+	return n, err
 }
 
 // releasingReadWriter keeps a writable body (a protocol upgrade) writable.

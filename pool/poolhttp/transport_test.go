@@ -39,9 +39,9 @@ func call(t *testing.T, c *http.Client, ctx context.Context, url string) (*http.
 }
 
 // TestTransportHoldsSlotUntilBodyClosed: the slot is held after the
-// response arrives, through reading the whole body, until Close; a second
-// call of the tenant meanwhile is over its limit and never sent; another
-// tenant's call goes through.
+// response arrives, while the body is unread, until Close; a second call of
+// the tenant meanwhile is over its limit and never sent; another tenant's
+// call goes through.
 func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
 	g := newGate(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"quota": {MaxConns: 1}}})
 	url, calls := upstream(t)
@@ -52,11 +52,11 @@ func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1024)); err != nil {
 		t.Fatal(err)
 	}
 	if s := tenantStat(g, "acme"); s.InUse != 1 {
-		t.Fatalf("in use %d with the body read but not closed, want 1", s.InUse)
+		t.Fatalf("in use %d with the body partly read, want 1", s.InUse)
 	}
 	_, err = call(t, c, acme, url)
 	var ole *pool.OverLimitError
@@ -78,6 +78,63 @@ func TestTransportHoldsSlotUntilBodyClosed(t *testing.T) {
 	}
 	if s := g.Stat(); s.InUse != 0 || s.Acquired != 2 {
 		t.Fatalf("gate: in use %d, acquired %d; want 0, 2", s.InUse, s.Acquired)
+	}
+}
+
+// TestTransportReleasesAtEOFAndWithoutBody: with a cap of 1, a body read to
+// its end gives the slot back before Close (the tenant's next call goes
+// through), and so does a 204 or a HEAD, whose body is empty; a Close after
+// EOF releases nothing twice.
+func TestTransportReleasesAtEOFAndWithoutBody(t *testing.T) {
+	g := newGate(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"quota": {MaxConns: 1}}})
+	url, _ := upstream(t)
+	empty := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})).URL
+	c := transportClient(t, g)
+	acme := pool.WithTenant(context.Background(), "acme")
+
+	read, err := call(t, c, acme, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, read.Body); err != nil {
+		t.Fatal(err)
+	}
+	if s := tenantStat(g, "acme"); s.InUse != 0 {
+		t.Fatalf("in use %d with the body read to EOF, want 0", s.InUse)
+	}
+	noContent, err := call(t, c, acme, empty)
+	if err != nil {
+		t.Fatalf("a call after EOF: %v", err)
+	}
+	if noContent.StatusCode != http.StatusNoContent {
+		t.Fatalf("status %d", noContent.StatusCode)
+	}
+	if s := tenantStat(g, "acme"); s.InUse != 0 {
+		t.Fatalf("in use %d with a 204 unclosed, want 0", s.InUse)
+	}
+	req, _ := http.NewRequestWithContext(acme, http.MethodHead, url, nil)
+	head, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("a call after a 204: %v", err)
+	}
+	if s := tenantStat(g, "acme"); s.InUse != 0 {
+		t.Fatalf("in use %d with a HEAD unclosed, want 0", s.InUse)
+	}
+	held, err := call(t, c, acme, url) // holds the slot: its body is unread
+	if err != nil {
+		t.Fatal(err)
+	}
+	read.Body.Close()
+	noContent.Body.Close()
+	head.Body.Close()
+	if s := tenantStat(g, "acme"); s.InUse != 1 {
+		t.Fatalf("in use %d: a Close after EOF released another call's slot", s.InUse)
+	}
+	held.Body.Close()
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 4 {
+		t.Fatalf("gate: in use %d, acquired %d; want 0, 4", s.InUse, s.Acquired)
 	}
 }
 

@@ -99,7 +99,9 @@
 //
 // All keys of a tenant share one Redis Cluster hash slot: they are
 // "{<Prefix>:<tenant>}:slots" (the sorted set) and "{<Prefix>:<tenant>}:waiting"
-// (the waiter mark); the channel is "{<Prefix>:<tenant>}:free". Every key
+// (the waiter mark); the channel is "{<Prefix>:<tenant>}:free", where <tenant>
+// has '%' and ':' escaped as "%25" and "%3A", so that deployments whose
+// prefixes differ never share a key. Every key
 // expires: the sorted set a while after its newest lease would expire
 // (and at once when its last lease is released), the mark a few RecheckEvery
 // after the last waiter's attempt, so idle tenants leave nothing behind.

@@ -1,5 +1,7 @@
 package redislimit
 
+import "strings"
+
 // keys names a tenant's keys and channel. They all begin with the hash tag
 // "{prefix:tenant}" so that Redis Cluster keeps them in one slot, which the
 // scripts need (a script may only touch keys of one slot) and which keeps a
@@ -11,7 +13,13 @@ type keys struct {
 	channel string // pub/sub channel: a release publishes the slots it freed
 }
 
+// tenantEscaper escapes the tenant ID so that it holds no ':': the last ':'
+// of the tag then always ends the prefix, and two deployments whose prefixes
+// differ never share a key ("billing" + "eu:acme" against "billing:eu" +
+// "acme"). IDs without '%' or ':' keep their old keys.
+var tenantEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
 func tenantKeys(prefix, tenant string) keys {
-	base := "{" + prefix + ":" + tenant + "}:"
+	base := "{" + prefix + ":" + tenantEscaper.Replace(tenant) + "}:"
 	return keys{slots: base + "slots", waiting: base + "waiting", channel: base + "free"}
 }

@@ -66,12 +66,12 @@ func TestRedisClusterHashTags(t *testing.T) {
 	}
 
 	prefix := uniquePrefix(t)
-	tenants := []string{"acme", "a{b}c", "x:y}", "{", "日本"}
+	tenants := []string{"acme", "a{b}c", "x:y}", "{", "日本", "50%:x"}
 	for _, tenant := range tenants {
 		k := tenantKeys(prefix, tenant)
 		var slots []int64
 		for _, name := range []string{k.slots, k.waiting, k.channel} {
-			if !strings.HasPrefix(name, "{"+prefix+":"+tenant+"}:") {
+			if !strings.HasPrefix(name, "{"+prefix+":"+tenantEscaper.Replace(tenant)+"}:") {
 				t.Errorf("%q does not begin with the tenant's hash tag", name)
 			}
 			s, err := admin.ClusterKeySlot(ctx, name).Result()
@@ -106,4 +106,34 @@ func TestRedisClusterHashTags(t *testing.T) {
 		t.Errorf("stats %+v, want %d wake-ups and no errors", st, len(tenants))
 	}
 	assertNothingHeld(t, admin, prefix, 10*time.Second, a, b)
+}
+
+// TestRedisPrefixesDoNotShareKeys runs two deployments on one Redis whose
+// prefix and tenant, joined by ':', spell the same string: "billing" with
+// tenant "eu:acme" and "billing:eu" with tenant "acme". Each must get its own
+// slot, and the sorted sets must be distinct keys.
+func TestRedisPrefixesDoNotShareKeys(t *testing.T) {
+	ctx := context.Background()
+	base := uniquePrefix(t)
+	a := newLimiter(t, Config{Prefix: base})
+	b := newLimiter(t, Config{Prefix: base + ":eu"})
+	if a.SlotsKey("eu:acme") == b.SlotsKey("acme") {
+		t.Fatalf("both deployments use %q", a.SlotsKey("eu:acme"))
+	}
+	sa := mustAcquire(t, a, "eu:acme", 1)
+	defer sa.Release()
+	sb, err := b.AcquireSlot(ctx, "acme", 1, 0)
+	if err != nil {
+		t.Fatalf("the other deployment's tenant: %v, want its own slot", err)
+	}
+	sb.Release()
+	// A tenant holding the escape character must not meet one holding what
+	// it escapes to.
+	sc := mustAcquire(t, a, "x%3Ay", 1)
+	defer sc.Release()
+	sd, err := a.AcquireSlot(ctx, "x:y", 1, 0)
+	if err != nil {
+		t.Fatalf("tenant x:y: %v, want a slot of its own", err)
+	}
+	sd.Release()
 }

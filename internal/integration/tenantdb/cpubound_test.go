@@ -393,22 +393,26 @@ func TestAdaptiveLimitsIsolateCPUBoundLoad(t *testing.T) {
 }
 
 // cpuTargets' margins: how far the adaptive limit may be from the best
-// static cap (the median over rounds of the per-round ratio). The goal is
-// 1.2x on all three, and the benchmark's oracle-cpu reports against it;
-// the test allows 1.35x on the quiet p50 and the makespan, so that CI does
-// not fail on the trade the controller makes by design: it holds the noisy
-// tenant at one or two scans, the best cap for the quiet tenant's latency,
-// while the best cap for the noisy tenant's makespan is two to four (three
-// clean CI runs measured makespan medians of 1.21-1.25x, quiet p50 1.14x).
-// Static cap 10, which the mechanism check requires to be at least 1.5x
-// the best, stays far outside them (8x here). The p99 margin is wider
-// still, as the quiet tenant's slowest reads fall in the adaptive limit's
-// tries above the best cap (slow start's first step, and the backoff's),
-// which the best static cap never makes.
+// static cap (the median over rounds of the per-round ratio). These are CI
+// margins, looser than the goals (DESIGN.md, "Measuring an adaptive
+// controller"; the benchmark's oracle-cpu reports against the goals): quiet
+// p50 1.35x where the goal is 1.2x, quiet p99 2.0x where the goal is 1.5x,
+// noisy makespan 1.35x where the goal is 1.2x. Passing this test therefore
+// does not mean the goals are met. The test allows 1.35x on the quiet p50
+// and the makespan so that CI does not fail on the trade the controller
+// makes by design: it holds the noisy tenant at one or two scans, the best
+// cap for the quiet tenant's latency, while the best cap for the noisy
+// tenant's makespan is two to four (three clean CI runs measured makespan
+// medians of 1.21-1.25x, quiet p50 1.14x). Static cap 10, which the
+// mechanism check requires to be at least 1.5x the best, stays far outside
+// them (8x here). The p99 margin is wider still, as the quiet tenant's
+// slowest reads fall in the adaptive limit's tries above the best cap
+// (slow start's first step, and the backoff's), which the best static cap
+// never makes.
 const (
-	cpuTargetP50      = 1.35
-	cpuTargetP99      = 2.0
-	cpuTargetMakespan = 1.35
+	cpuTargetP50      = 1.35 // CI margin; the goal is 1.2x
+	cpuTargetP99      = 2.0  // CI margin; the goal is 1.5x
+	cpuTargetMakespan = 1.35 // CI margin; the goal is 1.2x
 )
 
 // cpuBudget bounds the test's time: no round starts after it, and a third
@@ -479,17 +483,17 @@ func cpuTargets(rounds []cpuRound) []string {
 		missed = append(missed, fmt.Sprintf("adaptive: effective limit medians %v, want at most 3 of the cap %d", limits, perTenantCap))
 	}
 	for _, m := range []struct {
-		name   string
-		metric func(cpuRun) time.Duration
-		target float64
-	}{{"quiet p50", p50Of, cpuTargetP50}, {"quiet p99", p99Of, cpuTargetP99}, {"noisy makespan", makespanOf, cpuTargetMakespan}} {
+		name         string
+		metric       func(cpuRun) time.Duration
+		target, goal float64
+	}{{"quiet p50", p50Of, cpuTargetP50, 1.2}, {"quiet p99", p99Of, cpuTargetP99, 1.5}, {"noisy makespan", makespanOf, cpuTargetMakespan, 1.2}} {
 		var ratios []float64
 		for _, r := range rounds {
 			ratios = append(ratios, r.ratio(m.metric))
 		}
 		if med := medianOf(ratios); med > m.target {
-			missed = append(missed, fmt.Sprintf("adaptive %s %.2fx the best static cap's (median of %.2f), want at most %.1fx",
-				m.name, med, ratios, m.target))
+			missed = append(missed, fmt.Sprintf("adaptive %s %.2fx the best static cap's (median of %.2f), want at most %.2fx (CI's margin; the goal is %.1fx)",
+				m.name, med, ratios, m.target, m.goal))
 		}
 	}
 	return missed
@@ -504,6 +508,16 @@ func cpuTargets(rounds []cpuRound) []string {
 // in two rounds of opposite order; each target must hold in one of them,
 // so that outside load in one burst does not decide, while a mechanism
 // that is missing fails both.
+//
+// Its margins are CI's, looser than the goals (DESIGN.md, "Measuring an
+// adaptive controller"), and passing it does not mean they are met: the
+// makespan within 1.15x of static cap 10's, the better of two rounds, where
+// the goal for a pure-wait flood is 1.1x of its ideal (the benchmark's
+// oracle-flood judges that); the quiet p50 within 1.5x of static cap 10's,
+// the better of two rounds, where the goal is 1.2x of the best static cap's.
+// Slow start from the floor 1 (1, 2, 4, 8, then 10) serves 15 requests in
+// its first 4 rounds where the cap serves 40, so this burst of 30 rounds
+// needs at least 33 (1.10x) and a burst of 10 rounds at least 13 (1.30x).
 func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 	const n, sleep = 300, 100 * time.Millisecond
 	run := func(adaptive bool) burstResult {
@@ -538,9 +552,9 @@ func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 		}
 	}
 	if bestMakespan > 1.15 {
-		t.Errorf("adaptive: the burst took at best %.3fx as long as under the static cap, want at most 1.15x", bestMakespan)
+		t.Errorf("adaptive: the burst took at best %.3fx as long as under the static cap, want at most 1.15x (CI's margin; the goal is 1.1x of the ideal)", bestMakespan)
 	}
 	if bestQuiet > 1.5 {
-		t.Errorf("adaptive: quiet p50 at best %.2fx the static cap's, want at most 1.5x", bestQuiet)
+		t.Errorf("adaptive: quiet p50 at best %.2fx the static cap's, want at most 1.5x (CI's margin; the goal is 1.2x)", bestQuiet)
 	}
 }

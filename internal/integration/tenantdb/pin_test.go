@@ -189,3 +189,98 @@ func rawPoolOn(t *testing.T, dsn string, maxConns int32) *pgxpool.Pool {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// TestScopeTransactionBeginWithOptions: under ScopeTransaction a transaction
+// begun with an isolation level, by BeginTx, by a batch's BeginTx or by an
+// SQL BEGIN on a Conn, runs at that level with the tenant's values: the
+// values go after the BEGIN, which must come first in its transaction.
+func TestScopeTransactionBeginWithOptions(t *testing.T) {
+	p := newScopedRLSPool(t, setupRLS(t), 1, tenantdb.ScopeTransaction, nil)
+	ctx := as("a")
+	const check = "select current_setting('transaction_isolation'), current_setting('app.tenant_id', true), current_user::text"
+	want := func(how string, row pgx.Row) {
+		t.Helper()
+		var level, setting, role string
+		if err := row.Scan(&level, &setting, &role); err != nil {
+			t.Errorf("%s: %v", how, err) // not Fatal: the transaction must end for Close
+			return
+		}
+		if level != "serializable" || setting != "a" || role != rlsRole {
+			t.Errorf("%s: isolation %q, setting %q, role %q; want serializable, a, %s", how, level, setting, role, rlsRole)
+		}
+	}
+
+	tx, err := p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("BeginTx", tx.QueryRow(ctx, check))
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.Serializable})
+	b.Queue(check)
+	br := p.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		var level, setting, role string
+		err = br.QueryRow().Scan(&level, &setting, &role)
+		if err == nil && (level != "serializable" || setting != "a" || role != rlsRole) {
+			err = fmt.Errorf("isolation %q, setting %q, role %q; want serializable, a, %s", level, setting, role, rlsRole)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if tx := br.Tx(); tx != nil {
+		_ = tx.Rollback(ctx)
+	}
+	if err != nil {
+		t.Fatalf("a batch's BeginTx: %v", err)
+	}
+
+	err = p.AcquireFunc(ctx, func(c tenantdb.Conn) error {
+		if _, err := c.Exec(ctx, "begin isolation level serializable"); err != nil {
+			return err
+		}
+		want("an SQL BEGIN on a Conn", c.QueryRow(ctx, check))
+		_, err := c.Exec(ctx, "rollback")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestScopeTransactionDefaultSearchPath: without Session.SearchPath the
+// pinned search_path is the login role's default (here a startup
+// parameter) with pg_temp last, whatever the session's own search_path
+// says, and the role is the login role whatever SET ROLE the session had.
+func TestScopeTransactionDefaultSearchPath(t *testing.T) {
+	dsn := setupPins(t)
+	pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: dsn + "&default_query_exec_mode=exec"}, 1)
+	pcfg.ConnConfig.RuntimeParams["search_path"] = "pin_private, public"
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+		Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := as("b")
+	// The tenant's own code changes its session; the next statement is pinned.
+	if _, err := p.Exec(ctx, "set search_path = public; set role "+bypassRole); err != nil {
+		t.Fatal(err)
+	}
+	var path, role string
+	if err := p.QueryRow(ctx, "select current_setting('search_path'), current_user::text").Scan(&path, &role); err != nil {
+		t.Fatal(err)
+	}
+	if path != "pin_private, public, pg_temp" || role != rlsRole {
+		t.Fatalf("search_path %q as %s; want the startup parameter's with pg_temp last, as %s", path, role, rlsRole)
+	}
+}

@@ -183,6 +183,8 @@ func TestSchemaNameLimits(t *testing.T) {
 				panic("no schema for this tenant")
 			case "empty":
 				return []string{""}
+			case "temp":
+				return []string{"pg_temp", "public"} // the session's temporary schema first
 			}
 			return []string{"tenant_" + id, "public"}
 		})
@@ -190,7 +192,7 @@ func TestSchemaNameLimits(t *testing.T) {
 		if err := p.QueryRow(as("a"), "select pg_backend_pid()").Scan(&pid); err != nil {
 			t.Fatal(err)
 		}
-		for _, tenant := range []string{"long", "panics", "empty"} {
+		for _, tenant := range []string{"long", "panics", "empty", "temp"} {
 			var n int
 			err := p.QueryRow(as(tenant), "select 1").Scan(&n)
 			if err == nil {
