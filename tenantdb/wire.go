@@ -1,6 +1,7 @@
 package tenantdb
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -36,6 +37,7 @@ type wireConn struct {
 	execs    int        // replies of the reset's statements not yet read (CommandComplete)
 	synced   bool       // the reset carries its own Sync: read up to ReadyForQuery
 	failed   error      // why the last reset failed, until settle reports it
+	watch    bool       // the reset succeeded; its transaction has not ended
 	owner    string     // the tenant whose pristine session the connection holds
 	owned    bool       // owner is known: false for a new or unknown session
 	pending  string     // the owner once the armed reset succeeds
@@ -92,8 +94,8 @@ func (w *wireConn) own(tenant string) {
 func (w *wireConn) state() (owner string, owned, used bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.prefix != nil || w.awaiting { // an earlier reset never completed
-		w.prefix, w.awaiting, w.owned = nil, false, false
+	if w.prefix != nil || w.awaiting || w.watch { // an earlier reset never completed
+		w.prefix, w.awaiting, w.watch, w.owned = nil, false, false, false
 	}
 	return w.owner, w.owned, w.used
 }
@@ -255,8 +257,21 @@ func (w *wireConn) Read(p []byte) (int, error) {
 func (w *wireConn) step() error {
 	for sorted := false; ; sorted = true {
 		w.mu.Lock()
-		awaiting := w.awaiting
+		awaiting, watch := w.awaiting, w.watch
 		w.mu.Unlock()
+		if !awaiting && watch && len(w.rbuf) >= 5 && len(w.rbuf) >= 1+int(binary.BigEndian.Uint32(w.rbuf[1:5])) {
+			size := 1 + int(binary.BigEndian.Uint32(w.rbuf[1:5]))
+			w.watchReply(w.rbuf[:size])
+			w.out = append(w.out, w.rbuf[:size]...)
+			w.rbuf = w.rbuf[size:]
+			continue
+		}
+		if !awaiting && watch {
+			if len(w.out) > 0 || sorted {
+				return nil
+			}
+			break
+		}
 		if !awaiting {
 			if len(w.rbuf) == 0 {
 				if sorted { // the reset's last reply: nothing more to read for it
@@ -329,9 +344,33 @@ func (w *wireConn) reply(msg []byte) {
 	// previous holder's notifications) belonged to the reset: dropped.
 }
 
-// done records a reset that succeeded. Called with mu held.
+// done records a reset that succeeded. Called with mu held. Unless it went
+// alone, it shares its transaction with the statements sent after it: it
+// holds only once that transaction commits, so the rest of it is watched
+// (see watchReply).
 func (w *wireConn) done() {
-	w.awaiting, w.owner, w.owned = false, w.pending, true
+	w.awaiting, w.owner, w.owned, w.watch = false, w.pending, true, !w.synced
+}
+
+// watchReply looks at one of pgx's messages in the transaction of a reset
+// that travelled with pgx's statements: an error or a ROLLBACK (as tag of a
+// COMMIT too) undoes the reset, and the session's owner is then unknown;
+// ReadyForQuery outside a transaction ends the watch.
+func (w *wireConn) watchReply(msg []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch msg[0] {
+	case 'E':
+		w.owned = false
+	case 'C':
+		if bytes.HasPrefix(msg[5:], []byte("ROLLBACK")) {
+			w.owned = false
+		}
+	case 'Z':
+		if len(msg) > 5 && msg[5] == 'I' {
+			w.watch = false
+		}
+	}
 }
 
 // settle waits, within ctx, for the replies to a reset sent with the last
