@@ -89,7 +89,11 @@ func readySession(conn *pgx.Conn, tenant, values string) {
 		return
 	}
 	msgs, n := encodeStatements(statements)
-	w.arm(msgs, n, tenant)
+	if handover || !owned {
+		w.arm(msgs, n, tenant)
+	} else {
+		w.armValues(msgs, n, tenant)
+	}
 }
 
 // slowReset resets conn for tenant in one round trip of its own, dropping

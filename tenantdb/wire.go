@@ -36,6 +36,8 @@ type wireConn struct {
 	awaiting bool       // the reset was written; its replies are not all read
 	execs    int        // replies of the reset's statements not yet read (CommandComplete)
 	synced   bool       // the reset carries its own Sync: read up to ReadyForQuery
+	values   bool       // the armed statements only set the owner's values again
+	riding   bool       // values went with a simple query: a failure cannot stop it
 	failed   error      // why the last reset failed, until settle reports it
 	watch    bool       // the reset succeeded; its transaction has not ended
 	owner    string     // the tenant whose pristine session the connection holds
@@ -78,7 +80,18 @@ var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confi
 func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
-	w.awaiting, w.synced, w.failed, w.stale = false, false, nil, false
+	w.awaiting, w.synced, w.failed, w.values, w.riding, w.stale = false, false, nil, false, false, false
+	w.mu.Unlock()
+}
+
+// armValues is arm for statements that only set again the values of the
+// tenant that owns the session. They may also go with a simple-protocol
+// query, with a Sync of their own in the same write: if they fail, the
+// query runs in that tenant's own session, and the next acquire resets it.
+func (w *wireConn) armValues(msgs []byte, execs int, tenant string) {
+	w.arm(msgs, execs, tenant)
+	w.mu.Lock()
+	w.values = true
 	w.mu.Unlock()
 }
 
@@ -150,8 +163,10 @@ func (w *wireConn) Write(p []byte) (int, error) {
 	w.named += w.wstate.scan(p)
 	prefix := w.prefix
 	extended := len(p) > 0 && isExtended(p[0])
+	riding := false
 	if prefix != nil && (extended || len(p) == 0 || p[0] != 'X') {
-		w.prefix, w.awaiting, w.synced = nil, true, !extended
+		riding = !extended && w.values
+		w.prefix, w.awaiting, w.synced, w.riding = nil, true, !extended, riding
 	} else if prefix != nil { // Terminate: nothing to reset
 		w.prefix, prefix = nil, nil
 	}
@@ -159,7 +174,9 @@ func (w *wireConn) Write(p []byte) (int, error) {
 	if prefix == nil {
 		return w.Conn.Write(p)
 	}
-	if !extended {
+	if riding {
+		prefix, _ = (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
+	} else if !extended {
 		if err := w.flushAlone(prefix); err != nil {
 			return 0, err
 		}
@@ -322,7 +339,7 @@ func (w *wireConn) reply(msg []byte) {
 		if e.Decode(msg[5:]) == nil {
 			err = pgconn.ErrorResponseToPgError(&e)
 		}
-		if w.failed == nil {
+		if w.failed == nil && !w.riding { // a riding query ran anyway: nothing to send again
 			w.failed = fmt.Errorf("tenantdb: reset the session: %w", err)
 		}
 		w.owned = false
