@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -404,5 +405,29 @@ func TestMiddlewareCountsHijackedConnection(t *testing.T) {
 	eventually(t, "the closed session's slot is released", inUse(g, "acme", 0))
 	if s := g.Stat(); s.InUse != 0 || s.Acquired != 1 {
 		t.Fatalf("gate: in use %d, acquired %d; want 0, 1", s.InUse, s.Acquired)
+	}
+}
+
+// TestMiddlewareHidesLookupErrors: whatever Lookup fails with, the client
+// gets 401 or 503 with a fixed body, none of Lookup's own text.
+func TestMiddlewareHidesLookupErrors(t *testing.T) {
+	const secret = "10.9.8.7:5432 password=hunter2"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"outage", errors.New("dial " + secret), http.StatusServiceUnavailable},
+		{"unknown tenant", fmt.Errorf("%w: not in %s", pool.ErrInvalidTenant, secret), http.StatusUnauthorized},
+		{"lookup timeout", fmt.Errorf("query %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+	} {
+		g := newGate(t, pool.Config{Capacity: 2, Lookup: func(context.Context, string) (pool.Tenant, error) {
+			return pool.Tenant{}, tc.err
+		}})
+		srv := newServer(t, poolhttp.Middleware(g, headerTenant)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+		r := get(context.Background(), newClient(t), srv.URL, "acme")
+		if r.status != tc.want || strings.Contains(r.body, "hunter2") || strings.Contains(r.body, "10.9.8.7") {
+			t.Errorf("%s: %d %q; want %d without Lookup's text", tc.name, r.status, r.body, tc.want)
+		}
 	}
 }
