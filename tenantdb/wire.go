@@ -45,6 +45,7 @@ type wireConn struct {
 	pending  string     // the owner once the armed reset succeeds
 	used     bool       // a holder has had the connection
 	named    int        // named statements pgx prepared and did not close
+	stale    bool       // a reset sent in front of a statement failed and none succeeded since: no write goes out
 
 	rmu  sync.Mutex // serializes reads
 	rbuf []byte     // bytes read from Conn, not yet parsed
@@ -79,7 +80,7 @@ var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confi
 func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
-	w.awaiting, w.synced, w.failed, w.values, w.riding = false, false, nil, false, false
+	w.awaiting, w.synced, w.failed, w.values, w.riding, w.stale = false, false, nil, false, false, false
 	w.mu.Unlock()
 }
 
@@ -133,9 +134,32 @@ func (w *wireConn) forgetStatements() {
 	w.mu.Unlock()
 }
 
-// Write sends p, with the armed reset in front of it.
+// errStaleSession fails a write to a session whose reset failed: see
+// wireConn.stale.
+var errStaleSession = errors.New("tenantdb: the session reset failed and the connection was not reset since; it is closed")
+
+// isStale reports whether a reset sent in front of a statement failed and
+// none succeeded since: the session may still hold the previous holder's
+// state.
+func (w *wireConn) isStale() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stale
+}
+
+// Write sends p, with the armed reset in front of it. Once a reset sent in
+// front of a statement failed, nothing is sent until the connection is
+// reset again (slowReset, or readySession's arm): pgx fails the statement
+// and closes the connection, which may hold the previous holder's session.
+// Only Pool's calls settle and recover a failed reset; a statement sent
+// after it by an adapter (tenantsql, on the same connection) or through
+// Pool.Pgxpool would otherwise run in that session.
 func (w *wireConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
+	if w.stale && (len(p) == 0 || p[0] != 'X') {
+		w.mu.Unlock()
+		return 0, errStaleSession
+	}
 	w.named += w.wstate.scan(p)
 	prefix := w.prefix
 	extended := len(p) > 0 && isExtended(p[0])
@@ -323,7 +347,7 @@ func (w *wireConn) reply(msg []byte) {
 			// The server skips pgx's messages up to their Sync: the
 			// error is the statement's.
 			w.out = append(w.out, msg...)
-			w.awaiting = false
+			w.awaiting, w.stale = false, true
 		}
 	case 'Z':
 		if w.synced {
