@@ -11,7 +11,8 @@ import (
 // skipped by the server. tenantsql does not send that statement again, so
 // b's statements after it on the same sql.Conn must not run in a's session
 // (a's app.tenant_id, with ScopeSession): each either fails or sees b's rows
-// only.
+// only. Outside an sql.Conn, database/sql sends the statement again on
+// another connection, so b's call succeeds.
 func TestFailedResetReachesNoStatement(t *testing.T) {
 	dsn := setupRLS(t)
 	p := newPool(t, dsn, 1, tenantdb.Plan{MaxConns: 1}, rlsSession)
@@ -45,6 +46,14 @@ func TestFailedResetReachesNoStatement(t *testing.T) {
 	conn.Close()
 	if err := db.QueryRowContext(as("b"), read, 0).Scan(&bodies); err != nil || bodies != "b1" {
 		t.Errorf("b's next statement on a new sql.Conn: %q, %v; want %q", bodies, err, "b1")
+	}
+	// Outside an sql.Conn, database/sql sends the statement again on
+	// another connection: b does not see a's PREPARE at all.
+	if _, err := db.ExecContext(as("a"), "prepare tenantsql_a_stmt as select 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(as("b"), read, 0).Scan(&bodies); err != nil || bodies != "b1" {
+		t.Errorf("b's statement after a's second PREPARE: %q, %v; want %q", bodies, err, "b1")
 	}
 	assertReleased(t, p, "b")
 }
