@@ -37,6 +37,12 @@ var (
 	// ErrInvalidConfig wraps every configuration error from New, SetPlan and
 	// SetTenantLimit.
 	ErrInvalidConfig = errors.New("pool: invalid config")
+
+	// ErrRunnerOwnGate is returned by Acquire to a job of a Runner that asks
+	// the Runner's own Gate for a slot: the job's permit already holds one of
+	// its tenant's slots, so at a cap of 1 such a call could never be
+	// admitted. Give the Runner a Gate of its own.
+	ErrRunnerOwnGate = errors.New("pool: a Runner's job asked its Runner's own Gate for a slot; give the Runner a Gate of its own")
 )
 
 // OverLimitError reports a request refused because its tenant is at its own

@@ -35,7 +35,9 @@ type RunnerConfig struct {
 	// Gate admits every job: its capacity is the number of jobs run at once
 	// (the workers), a tenant's cap how many of its jobs run at once, and
 	// plan weights share the workers between tenants with queued jobs.
-	// Required; give the Runner a Gate of its own.
+	// Required; give the Runner a Gate of its own: a job that asks the
+	// Runner's Gate for another slot (a tenantdb.Pool whose Gate this is)
+	// gets ErrRunnerOwnGate.
 	Gate *Gate
 
 	// MaxQueued is how many jobs one tenant may have queued (submitted and
@@ -243,6 +245,15 @@ type runnerKey struct{}
 
 func isRunnerRequest(ctx context.Context) bool { return ctx.Value(runnerKey{}) != nil }
 
+// jobKey marks the context of a Runner's job with the Runner's Gate, which
+// refuses the job's own requests (ErrRunnerOwnGate).
+type jobKey struct{}
+
+func jobOf(ctx context.Context) *Gate {
+	g, _ := ctx.Value(jobKey{}).(*Gate)
+	return g
+}
+
 // overLimit is the error for a queue that is full.
 func (r *Runner) overLimit(key queueKey, queued int) error {
 	limit, hold, _ := r.g.classLimit(key.tenant, key.class)
@@ -410,7 +421,7 @@ func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool
 // run runs one job holding permit, and releases it on every path; a panic
 // is reported to OnError, after the release, and goes no further.
 func (r *Runner) run(tenantID string, permit Permit, j queuedJob) {
-	ctx, cancel := context.WithCancel(WithTenant(context.WithoutCancel(j.ctx), tenantID))
+	ctx, cancel := context.WithCancel(WithTenant(context.WithValue(context.WithoutCancel(j.ctx), jobKey{}, r.g), tenantID))
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer func() {
 		v := recover()

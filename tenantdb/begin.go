@@ -87,6 +87,14 @@ func skipSpace(sql string, i int) int {
 	return i
 }
 
+// BeginsTransaction reports whether sql's first statement, after spaces and
+// comments, is BEGIN or START TRANSACTION: for an adapter that must place
+// the tenant's values after it (see WithLocalSettings) or refuse it.
+func BeginsTransaction(sql string) bool {
+	_, ok := leadingBegin(sql)
+	return ok
+}
+
 // beginOnly reports whether sql is a BEGIN or START TRANSACTION alone.
 func beginOnly(sql string) bool {
 	end, ok := leadingBegin(sql)

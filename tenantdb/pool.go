@@ -219,8 +219,10 @@ func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 // Gate returns the Pool's admission gate: change limits at runtime with its
 // SetPlan, SetTenantLimit and InvalidateTenant, read every tenant's stats with
 // AppendTenantStat, or pass it to what takes a *pool.Gate (tracing's
-// ObserveGate, a pool.Runner whose jobs share the tenants' slots). Close the
-// Pool, not the Gate.
+// ObserveGate). Not to a pool.Runner whose jobs use this Pool: a job's permit
+// would hold the slot its own statements need, so they fail with
+// pool.ErrRunnerOwnGate; give the Runner a Gate of its own. Close the Pool,
+// not the Gate.
 func (p *Pool) Gate() *pool.Gate { return p.gate }
 
 // Config returns a copy of the pgxpool's configuration.

@@ -49,7 +49,7 @@ func statementsCheck(named int) string {
 	return "select case when pg_catalog.count(*) operator(pg_catalog.=) " + n +
 		" and pg_catalog.count(*) filter (where from_sql or pg_catalog.left(name, 10) operator(pg_catalog.<>) 'stmtcache_')" +
 		" operator(pg_catalog.=) 0 then 0 else pg_catalog.format('tenantdb: %s prepared statements, %s of them by SQL, where pgx prepared " + n + "'," +
-		" pg_catalog.count(*), pg_catalog.count(*) filter (where from_sql))::int end from pg_catalog.pg_prepared_statements"
+		" pg_catalog.count(*), pg_catalog.count(*) filter (where from_sql))::int end from pg_catalog.pg_prepared_statement()"
 }
 
 // encodeStatements encodes statements as extended-protocol messages on the
@@ -88,10 +88,12 @@ func readySession(conn *pgx.Conn, tenant, values string) {
 		w.own(tenant)
 		return
 	}
-	// The reset commits on its own: a statement that fails after it, or a
-	// transaction that rolls back, cannot undo it.
-	msgs, n := encodeStatements(append(statements, "commit"))
-	w.arm(msgs, n, tenant)
+	msgs, n := encodeStatements(statements)
+	if handover || !owned {
+		w.arm(msgs, n, tenant)
+	} else {
+		w.armValues(msgs, n, tenant)
+	}
 }
 
 // slowReset resets conn for tenant in one round trip of its own, dropping

@@ -1,6 +1,7 @@
 package tenantdb
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -35,12 +36,16 @@ type wireConn struct {
 	awaiting bool       // the reset was written; its replies are not all read
 	execs    int        // replies of the reset's statements not yet read (CommandComplete)
 	synced   bool       // the reset carries its own Sync: read up to ReadyForQuery
+	values   bool       // the armed statements only set the owner's values again
+	riding   bool       // values went with a simple query: a failure cannot stop it
 	failed   error      // why the last reset failed, until settle reports it
+	watch    bool       // the reset succeeded; its transaction has not ended
 	owner    string     // the tenant whose pristine session the connection holds
 	owned    bool       // owner is known: false for a new or unknown session
 	pending  string     // the owner once the armed reset succeeds
 	used     bool       // a holder has had the connection
 	named    int        // named statements pgx prepared and did not close
+	stale    bool       // a reset sent in front of a statement failed and none succeeded since: no write goes out
 
 	rmu  sync.Mutex // serializes reads
 	rbuf []byte     // bytes read from Conn, not yet parsed
@@ -75,7 +80,18 @@ var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confi
 func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
-	w.awaiting, w.synced, w.failed = false, false, nil
+	w.awaiting, w.synced, w.failed, w.values, w.riding, w.stale = false, false, nil, false, false, false
+	w.mu.Unlock()
+}
+
+// armValues is arm for statements that only set again the values of the
+// tenant that owns the session. They may also go with a simple-protocol
+// query, with a Sync of their own in the same write: if they fail, the
+// query runs in that tenant's own session, and the next acquire resets it.
+func (w *wireConn) armValues(msgs []byte, execs int, tenant string) {
+	w.arm(msgs, execs, tenant)
+	w.mu.Lock()
+	w.values = true
 	w.mu.Unlock()
 }
 
@@ -91,8 +107,8 @@ func (w *wireConn) own(tenant string) {
 func (w *wireConn) state() (owner string, owned, used bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.prefix != nil || w.awaiting { // an earlier reset never completed
-		w.prefix, w.awaiting, w.owned = nil, false, false
+	if w.prefix != nil || w.awaiting || w.watch { // an earlier reset never completed
+		w.prefix, w.awaiting, w.watch, w.owned = nil, false, false, false
 	}
 	return w.owner, w.owned, w.used
 }
@@ -118,14 +134,39 @@ func (w *wireConn) forgetStatements() {
 	w.mu.Unlock()
 }
 
-// Write sends p, with the armed reset in front of it.
+// errStaleSession fails a write to a session whose reset failed: see
+// wireConn.stale.
+var errStaleSession = errors.New("tenantdb: the session reset failed and the connection was not reset since; it is closed")
+
+// isStale reports whether a reset sent in front of a statement failed and
+// none succeeded since: the session may still hold the previous holder's
+// state.
+func (w *wireConn) isStale() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stale
+}
+
+// Write sends p, with the armed reset in front of it. Once a reset sent in
+// front of a statement failed, nothing is sent until the connection is
+// reset again (slowReset, or readySession's arm): pgx fails the statement
+// and closes the connection, which may hold the previous holder's session.
+// Only Pool's calls settle and recover a failed reset; a statement sent
+// after it by an adapter (tenantsql, on the same connection) or through
+// Pool.Pgxpool would otherwise run in that session.
 func (w *wireConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
+	if w.stale && (len(p) == 0 || p[0] != 'X') {
+		w.mu.Unlock()
+		return 0, errStaleSession
+	}
 	w.named += w.wstate.scan(p)
 	prefix := w.prefix
 	extended := len(p) > 0 && isExtended(p[0])
+	riding := false
 	if prefix != nil && (extended || len(p) == 0 || p[0] != 'X') {
-		w.prefix, w.awaiting, w.synced = nil, true, !extended
+		riding = !extended && w.values
+		w.prefix, w.awaiting, w.synced, w.riding = nil, true, !extended, riding
 	} else if prefix != nil { // Terminate: nothing to reset
 		w.prefix, prefix = nil, nil
 	}
@@ -133,7 +174,9 @@ func (w *wireConn) Write(p []byte) (int, error) {
 	if prefix == nil {
 		return w.Conn.Write(p)
 	}
-	if !extended {
+	if riding {
+		prefix, _ = (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
+	} else if !extended {
 		if err := w.flushAlone(prefix); err != nil {
 			return 0, err
 		}
@@ -231,8 +274,21 @@ func (w *wireConn) Read(p []byte) (int, error) {
 func (w *wireConn) step() error {
 	for sorted := false; ; sorted = true {
 		w.mu.Lock()
-		awaiting := w.awaiting
+		awaiting, watch := w.awaiting, w.watch
 		w.mu.Unlock()
+		if !awaiting && watch && len(w.rbuf) >= 5 && len(w.rbuf) >= 1+int(binary.BigEndian.Uint32(w.rbuf[1:5])) {
+			size := 1 + int(binary.BigEndian.Uint32(w.rbuf[1:5]))
+			w.watchReply(w.rbuf[:size])
+			w.out = append(w.out, w.rbuf[:size]...)
+			w.rbuf = w.rbuf[size:]
+			continue
+		}
+		if !awaiting && watch {
+			if len(w.out) > 0 || sorted {
+				return nil
+			}
+			break
+		}
 		if !awaiting {
 			if len(w.rbuf) == 0 {
 				if sorted { // the reset's last reply: nothing more to read for it
@@ -283,7 +339,7 @@ func (w *wireConn) reply(msg []byte) {
 		if e.Decode(msg[5:]) == nil {
 			err = pgconn.ErrorResponseToPgError(&e)
 		}
-		if w.failed == nil {
+		if w.failed == nil && !w.riding { // a riding query ran anyway: nothing to send again
 			w.failed = fmt.Errorf("tenantdb: reset the session: %w", err)
 		}
 		w.owned = false
@@ -291,7 +347,7 @@ func (w *wireConn) reply(msg []byte) {
 			// The server skips pgx's messages up to their Sync: the
 			// error is the statement's.
 			w.out = append(w.out, msg...)
-			w.awaiting = false
+			w.awaiting, w.stale = false, true
 		}
 	case 'Z':
 		if w.synced {
@@ -305,9 +361,33 @@ func (w *wireConn) reply(msg []byte) {
 	// previous holder's notifications) belonged to the reset: dropped.
 }
 
-// done records a reset that succeeded. Called with mu held.
+// done records a reset that succeeded. Called with mu held. Unless it went
+// alone, it shares its transaction with the statements sent after it: it
+// holds only once that transaction commits, so the rest of it is watched
+// (see watchReply).
 func (w *wireConn) done() {
-	w.awaiting, w.owner, w.owned = false, w.pending, true
+	w.awaiting, w.owner, w.owned, w.watch = false, w.pending, true, !w.synced
+}
+
+// watchReply looks at one of pgx's messages in the transaction of a reset
+// that travelled with pgx's statements: an error or a ROLLBACK (as tag of a
+// COMMIT too) undoes the reset, and the session's owner is then unknown;
+// ReadyForQuery outside a transaction ends the watch.
+func (w *wireConn) watchReply(msg []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch msg[0] {
+	case 'E':
+		w.owned = false
+	case 'C':
+		if bytes.HasPrefix(msg[5:], []byte("ROLLBACK")) {
+			w.owned = false
+		}
+	case 'Z':
+		if len(msg) > 5 && msg[5] == 'I' {
+			w.watch = false
+		}
+	}
 }
 
 // settle waits, within ctx, for the replies to a reset sent with the last

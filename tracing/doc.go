@@ -1,10 +1,9 @@
 // Package tracing is tenantdb's OpenTelemetry instrumentation: spans for
 // admissions and queries, per-tenant and connection-pool metrics, and leak
 // detection. Like otelpgx and otelhttp it depends on the OpenTelemetry API
-// only: the program brings the providers, with [WithTracerProvider] and
-// [WithMeterProvider] (otel.GetTracerProvider() and otel.GetMeterProvider()
-// for the global ones); without them the Tracer records nothing but leak
-// reports.
+// only: the program brings the providers, otel's global ones by default (as
+// with otelpgx and otelhttp), or others given with [WithTracerProvider] and
+// [WithMeterProvider].
 // Package [github.com/tenantdb/tenantdb/tracing/otelsetup] sets them up:
 // OTLP export of spans and metrics, or metrics for Prometheus to scrape.
 //

@@ -51,14 +51,14 @@ func newConfig(opts []Option) config {
 // says otherwise.
 const defaultPoolName = "tenantdb"
 
-// WithTracerProvider sets the provider of the Tracer's spans. Default: a
-// no-op provider; pass otel.GetTracerProvider() to use the global one.
+// WithTracerProvider sets the provider of the Tracer's spans. Default:
+// otel's global one (otel.GetTracerProvider()).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) { c.tracerProvider = tp })
 }
 
-// WithMeterProvider sets the provider of the Tracer's metrics. Default: a
-// no-op provider; pass otel.GetMeterProvider() to use the global one.
+// WithMeterProvider sets the provider of the Tracer's metrics. Default:
+// otel's global one (otel.GetMeterProvider()).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.meterProvider = mp })
 }

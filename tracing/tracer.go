@@ -5,12 +5,11 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,19 +56,18 @@ var (
 )
 
 // New returns a Tracer on the providers given by [WithTracerProvider] and
-// [WithMeterProvider]. Without them it uses no-op providers and records
-// nothing but leak reports: a program that installs otel's global providers
-// passes otel.GetTracerProvider() and otel.GetMeterProvider(). Its
-// instruments are created here, once; an error creating one (which the SDK
-// reports only for invalid names or units, so never in practice) is logged
-// to the Tracer's logger and leaves that instrument a no-op.
+// [WithMeterProvider], or on otel's global ones, as otelpgx and otelhttp do:
+// those are no-op until the program installs its own, before or after New.
+// Its instruments are created here, once; an error creating one (which the
+// SDK reports only for invalid names or units, so never in practice) is
+// logged to the Tracer's logger and leaves that instrument a no-op.
 func New(opts ...Option) *Tracer {
 	cfg := newConfig(opts)
 	if cfg.tracerProvider == nil {
-		cfg.tracerProvider = tracenoop.NewTracerProvider()
+		cfg.tracerProvider = otel.GetTracerProvider()
 	}
 	if cfg.meterProvider == nil {
-		cfg.meterProvider = metricnoop.NewMeterProvider()
+		cfg.meterProvider = otel.GetMeterProvider()
 	}
 	t := &Tracer{
 		cfg:    cfg,

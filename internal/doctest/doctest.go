@@ -48,7 +48,7 @@ func Section(t testing.TB, heading string) string {
 	t.Helper()
 	level := len(heading) - len(strings.TrimLeft(heading, "#"))
 	for _, f := range Files(t) {
-		_, section, ok := strings.Cut(read(t, f), "\n"+heading+"\n")
+		_, section, ok := strings.Cut("\n"+read(t, f), "\n"+heading+"\n") // a file's first line too
 		if !ok {
 			continue
 		}
@@ -100,6 +100,15 @@ func Blocks(t testing.TB, section, lang string) []string {
 func Build(t testing.TB, what string, files map[string]string) {
 	t.Helper()
 	build(t, what, files, os.DevNull)
+}
+
+// Executable is Build for the sources of one main package, and returns the
+// executable's path (in a temporary directory), for a test to run it.
+func Executable(t testing.TB, what string, files map[string]string) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "program")
+	build(t, what, files, exe)
+	return exe
 }
 
 // build is Build, writing the executable (of a single main package) to out.

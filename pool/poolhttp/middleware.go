@@ -14,7 +14,10 @@ import (
 // slot is released when the handler returns, on every path: a panic
 // (re-raised after the release, so net/http logs it or aborts the response as
 // usual), a client that went away (the request's context is cancelled; the
-// handler should watch it), or a normal return. The handler's request carries
+// handler should watch it), or a normal return. A handler that hijacks the
+// connection (a websocket) hands the slot to it: it is released when the
+// hijacked net.Conn is closed, so such sessions count against the tenant's
+// cap for as long as they last. The handler's request carries
 // the tenant (pool.TenantFrom, tenantdb.TenantFrom), so calls made with
 // r.Context() need no second WithTenant.
 //
@@ -65,7 +68,12 @@ func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error), opts .
 				WriteError(w, err)
 				return
 			}
-			defer permit.Release() // runs before a panic goes on up to net/http
+			w, hj := trackHijack(w, permit.Release)
+			defer func() { // runs before a panic goes on up to net/http
+				if hj == nil || !hj.hijacked {
+					permit.Release()
+				}
+			}()
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

@@ -1,9 +1,12 @@
 package poolhttp_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -345,4 +348,86 @@ func TestMiddlewareClassPerRoute(t *testing.T) {
 		t.Fatalf("per-class admissions: %+v", s.Classes)
 	}
 	eventually(t, "nothing held", inUse(g, "acme", 0))
+}
+
+// TestMiddlewareCountsHijackedConnection: a handler that hijacks its
+// connection and returns, leaving a session running on it, keeps the
+// tenant's only slot until that connection is closed; the tenant's next
+// request meanwhile gets 429.
+func TestMiddlewareCountsHijackedConnection(t *testing.T) {
+	g := newGate(t, pool.Config{Capacity: 4, Plans: map[string]pool.Plan{"free": {MaxConns: 1}}})
+	returned := make(chan struct{}, 1)
+	sessionDone := make(chan struct{})
+	hijacking := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		go func() { // the session outlives the handler
+			defer close(sessionDone)
+			defer conn.Close()
+			io.Copy(conn, brw)
+		}()
+	})
+	mw := poolhttp.Middleware(g, headerTenant)(hijacking)
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mw.ServeHTTP(w, r)
+		returned <- struct{}{}
+	}))
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	<-returned
+	io.WriteString(conn, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo: %q, %v", line, err)
+	}
+	if s := tenantStat(g, "acme"); s.InUse != 1 {
+		t.Fatalf("acme holds %d slots with its hijacked session open, want 1", s.InUse)
+	}
+	if r := get(context.Background(), newClient(t), srv.URL, "acme"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("a request during the session: %d, %v; want 429", r.status, r.err)
+	}
+	conn.Close()
+	<-sessionDone
+	eventually(t, "the closed session's slot is released", inUse(g, "acme", 0))
+	if s := g.Stat(); s.InUse != 0 || s.Acquired != 1 {
+		t.Fatalf("gate: in use %d, acquired %d; want 0, 1", s.InUse, s.Acquired)
+	}
+}
+
+// TestMiddlewareHidesLookupErrors: whatever Lookup fails with, the client
+// gets 401 or 503 with a fixed body, none of Lookup's own text.
+func TestMiddlewareHidesLookupErrors(t *testing.T) {
+	const secret = "10.9.8.7:5432 password=hunter2"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"outage", errors.New("dial " + secret), http.StatusServiceUnavailable},
+		{"unknown tenant", fmt.Errorf("%w: not in %s", pool.ErrInvalidTenant, secret), http.StatusUnauthorized},
+		{"lookup timeout", fmt.Errorf("query %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+	} {
+		g := newGate(t, pool.Config{Capacity: 2, Lookup: func(context.Context, string) (pool.Tenant, error) {
+			return pool.Tenant{}, tc.err
+		}})
+		srv := newServer(t, poolhttp.Middleware(g, headerTenant)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+		r := get(context.Background(), newClient(t), srv.URL, "acme")
+		if r.status != tc.want || strings.Contains(r.body, "hunter2") || strings.Contains(r.body, "10.9.8.7") {
+			t.Errorf("%s: %d %q; want %d without Lookup's text", tc.name, r.status, r.body, tc.want)
+		}
+	}
 }

@@ -89,6 +89,10 @@ func admit(ctx context.Context, g *pool.Gate, tenant TenantFunc) (context.Contex
 	ctx = pool.WithTenant(ctx, id)
 	permit, err := g.Acquire(ctx, id)
 	if err != nil {
+		if ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// Not the call's context: Lookup's own, say. The call may retry.
+			return ctx, pool.Permit{}, status.Error(codes.Unavailable, unavailable)
+		}
 		return ctx, pool.Permit{}, Status(err).Err()
 	}
 	return ctx, permit, nil
@@ -100,7 +104,9 @@ func admit(ctx context.Context, g *pool.Gate, tenant TenantFunc) (context.Contex
 // codes.Unauthenticated for an invalid tenant ID; Canceled or
 // DeadlineExceeded when the call's context ended while it waited;
 // codes.Unavailable for anything else (a closed Gate, too many tenants, a
-// failed Lookup).
+// failed Lookup). Only an over-limit error's own text reaches the client;
+// the others get a fixed message, so that what Lookup failed with (hosts,
+// queries, credentials) stays on the server.
 func Status(err error) *status.Status {
 	var ole *pool.OverLimitError
 	switch {
@@ -111,15 +117,17 @@ func Status(err error) *status.Status {
 		}
 		return st
 	case errors.Is(err, pool.ErrInvalidTenant):
-		return status.New(codes.Unauthenticated, err.Error())
+		return status.New(codes.Unauthenticated, "invalid tenant")
 	case errors.Is(err, context.Canceled):
-		return status.New(codes.Canceled, err.Error())
+		return status.New(codes.Canceled, "canceled while waiting for a slot")
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.New(codes.DeadlineExceeded, err.Error())
+		return status.New(codes.DeadlineExceeded, "deadline exceeded while waiting for a slot")
 	default:
-		return status.New(codes.Unavailable, err.Error())
+		return status.New(codes.Unavailable, unavailable)
 	}
 }
+
+const unavailable = "service unavailable"
 
 // tenantStream is a ServerStream whose context carries the tenant.
 type tenantStream struct {

@@ -3,6 +3,7 @@ package tenantgrpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -260,4 +261,29 @@ func TestStreamHoldsSlotForItsLife(t *testing.T) {
 		t.Fatalf("after cancel: %v", err)
 	}
 	eventually(t, "the stream's slot is released", e.inUse("acme", 0))
+}
+
+// TestStatusHidesLookupErrors: whatever Lookup fails with (an outage, an
+// unknown tenant wrapping pool.ErrInvalidTenant, its own timeout), the
+// client gets the right code and none of Lookup's own text, which may name
+// hosts, queries or credentials.
+func TestStatusHidesLookupErrors(t *testing.T) {
+	const secret = "10.9.8.7:5432 password=hunter2"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"outage", errors.New("dial " + secret), codes.Unavailable},
+		{"unknown tenant", fmt.Errorf("%w: not in %s", pool.ErrInvalidTenant, secret), codes.Unauthenticated},
+		{"lookup timeout", fmt.Errorf("query %s: %w", secret, context.DeadlineExceeded), codes.Unavailable},
+	} {
+		e := newEnv(t, pool.Config{Capacity: 2, Lookup: func(context.Context, string) (pool.Tenant, error) {
+			return pool.Tenant{}, tc.err
+		}})
+		_, err := e.client.Check(as("acme"), &healthpb.HealthCheckRequest{})
+		if st := status.Convert(err); st.Code() != tc.want || strings.Contains(st.Message(), "hunter2") || strings.Contains(st.Message(), "10.9.8.7") {
+			t.Errorf("%s: %v; want %v without Lookup's text", tc.name, err, tc.want)
+		}
+	}
 }

@@ -54,6 +54,12 @@ func (cn *conn) execLocal(ctx context.Context, query string, args []driver.Named
 // queryLocal opens a transaction with the tenant's setting and runs query
 // in it; the rows commit it when closed.
 func (cn *conn) queryLocal(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if tenantdb.BeginsTransaction(query) {
+		// It would run inside the transaction that carries the values,
+		// which its rows' Close commits: its isolation level lost, the
+		// transaction ended before the statements meant for it.
+		return nil, fmt.Errorf("%w: %q", ErrBeginWithQuery, query)
+	}
 	c := cn.pg.Conn()
 	if _, err := c.Exec(ctx, "begin;\n"+cn.local); err != nil {
 		if pgconn.SafeToRetry(err) {

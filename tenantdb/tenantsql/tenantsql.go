@@ -24,10 +24,10 @@
 // each call, not prepared on the server, where its names would resolve
 // before the tenant's search_path is set. A transaction begun with an SQL
 // BEGIN (or START TRANSACTION) of your own, sent with ExecContext on an
-// sql.Conn, gets them right after it, in the same round trip; do not send
-// one with QueryContext. Statements that cannot run inside a transaction
-// block (CREATE INDEX CONCURRENTLY, VACUUM) fail with
-// tenantdb.ErrCannotRunInTransaction there.
+// sql.Conn, gets them right after it, in the same round trip; one sent
+// with QueryContext fails with ErrBeginWithQuery. Statements that cannot
+// run inside a transaction block (CREATE INDEX CONCURRENTLY, VACUUM) fail
+// with tenantdb.ErrCannotRunInTransaction there.
 //
 // A call without a tenant fails with tenantdb.ErrNoTenant, except a Ping, which is a
 // health check as tenantdb.Pool.Ping is. Over-limit, no-tenant and
@@ -58,6 +58,13 @@ import (
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
+
+// ErrBeginWithQuery is returned under tenantdb.ScopeTransaction by a
+// QueryContext outside a transaction whose statement is BEGIN or START
+// TRANSACTION: it would run inside the transaction that carries the
+// tenant's values and that its rows' Close commits. Begin a transaction with
+// BeginTx, or with ExecContext on an sql.Conn.
+var ErrBeginWithQuery = errors.New("tenantsql: under ScopeTransaction, begin a transaction with BeginTx or ExecContext, not QueryContext")
 
 // ErrTenantMismatch is returned by a statement run on a connection held for
 // one tenant (an sql.Tx, an sql.Conn) with a context that carries another:

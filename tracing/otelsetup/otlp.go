@@ -61,12 +61,19 @@ type OTLPConfig struct {
 	// Attributes are added to the resource, after service.name.
 	Attributes []attribute.KeyValue
 
-	// SetGlobal also installs the providers as otel's global TracerProvider
+	// NoGlobal leaves otel's global providers and propagator alone. By
+	// default StartOTLP installs its providers as the global TracerProvider
 	// and MeterProvider, and the W3C trace-context and baggage propagators
-	// as the global propagator, so that other instrumentation (otelhttp)
-	// joins the same traces. Default false: the caller passes the providers
-	// where needed ([OTLP.Options], [tracing.WithTracerProvider],
-	// [tracing.WithMeterProvider]).
+	// as the global propagator, so that the instrumentation that reads
+	// them (otelhttp, otelgrpc, otelpgx, [tracing.New] without options)
+	// joins the same traces: without that, a request's span is a no-op and
+	// nothing under it is recorded. Set it where another part of the
+	// program owns the globals; then pass the providers where needed
+	// ([OTLP.Options]).
+	NoGlobal bool
+
+	// SetGlobal is what StartOTLP does by default now; it is kept so that
+	// existing configurations compile, and has no effect.
 	SetGlobal bool
 
 	// NoTraces turns span export off, for a service that exports only
@@ -159,7 +166,7 @@ func StartOTLP(ctx context.Context, cfg OTLPConfig) (*OTLP, error) {
 			sdkmetric.WithResource(res),
 		)
 	}
-	if cfg.SetGlobal {
+	if !cfg.NoGlobal {
 		if o.TracerProvider != nil {
 			otel.SetTracerProvider(o.TracerProvider)
 		}

@@ -42,18 +42,24 @@ func (c writeCounter) Write(p []byte) (int, error) {
 // tenant, against the same call by the tenant that holds it and against raw
 // pgxpool: equal, with no Session, with ScopeSession and with
 // ScopeTransaction; an acquired Conn may take one more (its reset goes
-// before it is handed out, since its statements may bypass tenantdb). It
+// before it is handed out, since its statements may bypass tenantdb), and
+// so may an Exec without arguments (simple protocol) after a change of
+// tenant, but not on the same tenant. It
 // fails when a round trip is added back to a change of tenant, or to
 // ScopeSession on the same tenant. No timing is measured.
 func TestHandoverAddsNoRoundTrip(t *testing.T) {
 	type call struct {
 		name  string
-		extra int64 // round trips a change of tenant may add
+		extra int64 // round trips a change of tenant may add (and ScopeSession on the same tenant, for Acquire)
 		run   func(ctx context.Context, db pgxDB) error
 	}
 	calls := []call{
 		{"Exec", 0, func(ctx context.Context, db pgxDB) error {
 			_, err := db.Exec(ctx, "select $1::int", 1)
+			return err
+		}},
+		{"Exec without arguments", 1, func(ctx context.Context, db pgxDB) error {
+			_, err := db.Exec(ctx, "select 1; select 2")
 			return err
 		}},
 		{"Query", 0, func(ctx context.Context, db pgxDB) error {
@@ -150,7 +156,7 @@ func TestHandoverAddsNoRoundTrip(t *testing.T) {
 				want := count(rawWrites, func() error { return c.run(context.Background(), raw) })
 				same := count(writes, pooled("b"))
 				handover := count(writes, pooled("a"))
-				if c.extra == 0 && same != want {
+				if same != want && (c.name == "Exec without arguments" || c.extra == 0) {
 					t.Errorf("%s: %d round trips for the tenant that holds the connection, pgxpool %d", c.name, same, want)
 				}
 				if handover > want+c.extra {

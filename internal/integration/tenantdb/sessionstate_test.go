@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -403,5 +405,59 @@ func TestHandoverRefusesHijackedStatements(t *testing.T) {
 			t.Errorf("Session %v: b's next request answered %q", withSession, got)
 		}
 		assertNothingHeld(t, p)
+	}
+}
+
+// TestHandoverUndoneByRollback: the reset of a change of tenant shares the
+// transaction of the statement sent with it, so a statement that fails, or
+// a transaction that rolls back, undoes it; the connection, though now the
+// new tenant's, must then be reset again before that tenant's next request.
+func TestHandoverUndoneByRollback(t *testing.T) {
+	setupSessionState(t)
+	const leave = "select set_config('app.user_id', 'a-user', false)"
+	const probe = "select coalesce(nullif(current_setting('app.user_id', true), ''), 'unset')"
+	undo := map[string]func(p *tenantdb.Pool) error{
+		"a transaction rolled back": func(p *tenantdb.Pool) error {
+			err := pgx.BeginFunc(as("b"), p, func(tx pgx.Tx) error { return errors.New("roll back") })
+			if err == nil || err.Error() != "roll back" {
+				return fmt.Errorf("BeginFunc: %v", err)
+			}
+			return nil
+		},
+		"a failed statement": func(p *tenantdb.Pool) error {
+			if _, err := p.Exec(as("b"), "select 1 / $1::int", 0); err == nil {
+				return errors.New("division by zero succeeded")
+			}
+			return nil
+		},
+		"a failed batch": func(p *tenantdb.Pool) error {
+			b := &pgx.Batch{}
+			b.Queue("select $1::int", 1)
+			b.Queue("select 1 / $1::int", 0)
+			if err := p.SendBatch(as("b"), b).Close(); err == nil {
+				return errors.New("division by zero succeeded")
+			}
+			return nil
+		},
+	}
+	for _, withSession := range []bool{false, true} {
+		for name, f := range undo {
+			t.Run(fmt.Sprintf("Session %v, %s", withSession, name), func(t *testing.T) {
+				p := newStatePool(t, withSession, false)
+				if err := f(p); err != nil { // pgx prepares b's statements: later the reset rides with them alone
+					t.Fatal(err)
+				}
+				if _, err := p.Exec(as("a"), leave); err != nil {
+					t.Fatal(err)
+				}
+				if err := f(p); err != nil {
+					t.Fatal(err)
+				}
+				if got := answer(p.QueryRow(as("b"), probe)); got != "unset" {
+					t.Errorf("after %s, b's next request saw a's setting: %q", name, got)
+				}
+				assertNothingHeld(t, p)
+			})
+		}
 	}
 }

@@ -3,6 +3,7 @@ package tenantsql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
 )
 
 // TestPlainBeginBehindPgBouncer: under ScopeTransaction, a transaction begun
@@ -113,4 +115,31 @@ func plainBegin(ctx context.Context, db *sql.DB, tenant, begin string, commit bo
 		return fmt.Errorf("%s after %q as %s: %w", end, begin, tenant, err)
 	}
 	return nil
+}
+
+// TestBeginWithQueryRefused: under ScopeTransaction a BEGIN sent with
+// QueryContext would join the transaction QueryContext opens for the
+// tenant's values, losing its isolation level and ending with its rows: it
+// fails with ErrBeginWithQuery and holds nothing.
+func TestBeginWithQueryRefused(t *testing.T) {
+	dsn := setupRLS(t)
+	p := newPool(t, dsn+"&default_query_exec_mode=exec", 2, tenantdb.Plan{MaxConns: 1}, scopeTx)
+	db := openDB(t, p)
+	c, err := db.Conn(as("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.QueryContext(as("a"), "begin isolation level serializable")
+	if err == nil {
+		rows.Close()
+	}
+	if !errors.Is(err, tenantsql.ErrBeginWithQuery) {
+		t.Fatalf("QueryContext(begin): err = %v, want ErrBeginWithQuery", err)
+	}
+	var n int
+	if err := c.QueryRowContext(as("a"), "select count(*) from docs").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the connection afterwards counts %d rows of a (%v), want 2", n, err)
+	}
+	c.Close()
+	assertReleased(t, p, "a")
 }

@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// The hand-over workload of issue 30: handoverWorkers workers share
+// handoverConns connections, each query `select $1::int` for a tenant taken
+// round-robin from one or handoverTenants tenants (a plan cap of
+// handoverConns, so that no tenant waits for its cap). With 1,000 tenants
+// almost every acquire changes the connection's tenant.
+const (
+	handoverConns   = 8
+	handoverWorkers = 8
+	handoverTenants = 1000
+	handoverQueries = 8000 // per variant and round
+	handoverRounds  = 5
+)
+
+// BenchmarkTenantHandover measures the time per query of raw pgxpool and of
+// tenantdb without Session, with ScopeSession and with ScopeTransaction, on
+// one tenant and on 1,000, in rounds that run every variant in turn
+// (rotated each round), and reports each variant's median over the rounds
+// and its ratio to pgxpool's median. ScopeTransaction needs
+// QueryExecModeExec, so pgxpool in that mode is measured too.
+func BenchmarkTenantHandover(b *testing.B) {
+	ctx := context.Background()
+	type variant struct {
+		name string
+		base string // the pgxpool variant it is compared with
+		run  func(i int64) error
+	}
+	var variants []variant
+	rawPool := func(mode pgx.QueryExecMode) *pgxpool.Pool {
+		cfg := handoverConfig(b, mode)
+		raw, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(raw.Close)
+		return raw
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		raw := rawPool(mode)
+		variants = append(variants, variant{"pgxpool" + modeName(mode), "", func(i int64) error {
+			var n int
+			return raw.QueryRow(ctx, "select $1::int", i%1000).Scan(&n)
+		}})
+	}
+	sessions := []struct {
+		name    string
+		session tenantdb.Session
+	}{
+		{"tenantdb", tenantdb.Session{}},
+		{"ScopeSession", tenantdb.Session{TenantSetting: "app.tenant_id"}},
+		{"ScopeTransaction", tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction}},
+	}
+	for _, s := range sessions {
+		mode := pgx.QueryExecModeCacheStatement
+		if s.session.Scope == tenantdb.ScopeTransaction {
+			mode = pgx.QueryExecModeExec
+		}
+		for _, tenants := range []int64{1, handoverTenants} {
+			p, err := tenantdb.New(ctx, handoverConfig(b, mode), tenantdb.Config{
+				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: handoverConns}},
+				Session: s.session,
+				Logger:  slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.Close)
+			ids := make([]context.Context, tenants)
+			for t := range ids {
+				ids[t] = tenantdb.WithTenant(ctx, fmt.Sprintf("t%d", t))
+			}
+			name := fmt.Sprintf("%s, %d tenant", s.name, tenants)
+			if tenants > 1 {
+				name += "s"
+			}
+			variants = append(variants, variant{name, "pgxpool" + modeName(mode), func(i int64) error {
+				var n int
+				return p.QueryRow(ids[i%tenants], "select $1::int", i%1000).Scan(&n)
+			}})
+		}
+	}
+	for b.Loop() {
+		for _, v := range variants { // warm: connect, prepare
+			if _, err := runHandover(v.run, handoverConns*100); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+		}
+		perQuery := make([][]time.Duration, len(variants))
+		for round := range handoverRounds {
+			for k := range variants {
+				i := (k + round) % len(variants)
+				d, err := runHandover(variants[i].run, handoverQueries)
+				if err != nil {
+					b.Fatalf("%s: %v", variants[i].name, err)
+				}
+				perQuery[i] = append(perQuery[i], d/handoverQueries)
+			}
+		}
+		medians := map[string]time.Duration{}
+		for i, v := range variants {
+			medians[v.name] = median(perQuery[i])
+		}
+		var table strings.Builder
+		fmt.Fprintf(&table, "\n| setup | µs per query (median of %d rounds) | rounds | vs pgxpool |\n|---|---:|---|---:|\n", handoverRounds)
+		for i, v := range variants {
+			base := v.base
+			if base == "" {
+				base = v.name
+			}
+			ratio := float64(medians[v.name]) / float64(medians[base])
+			rounds := make([]string, len(perQuery[i]))
+			for r, d := range perQuery[i] {
+				rounds[r] = fmt.Sprintf("%.0f", float64(d.Nanoseconds())/1e3)
+			}
+			fmt.Fprintf(&table, "| %s | %.0f | %s | %.2fx %s |\n", v.name, float64(medians[v.name].Nanoseconds())/1e3,
+				strings.Join(rounds, " "), ratio, base)
+			b.ReportMetric(ratio, strings.NewReplacer(" ", "", ",", "-").Replace(v.name)+"-x")
+		}
+		fmt.Println(table.String()) // b.Log would keep only the first lines without -v
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// modeName names the exec modes other than pgx's default.
+func modeName(mode pgx.QueryExecMode) string {
+	if mode == pgx.QueryExecModeCacheStatement {
+		return ""
+	}
+	return " (" + mode.String() + ")"
+}
+
+// handoverConfig is a pgxpool.Config of handoverConns connections, all open,
+// in mode.
+func handoverConfig(b *testing.B, mode pgx.QueryExecMode) *pgxpool.Config {
+	cfg := pgxConfig(b)
+	cfg.MaxConns, cfg.MinConns = handoverConns, handoverConns
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	return cfg
+}
+
+// runHandover runs n queries on handoverWorkers workers, each query numbered
+// from one counter (run picks the tenant from it), and returns the time per
+// query times n, the wall time.
+func runHandover(run func(i int64) error, n int64) (time.Duration, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first error
+	var once sync.Once
+	start := time.Now()
+	for range handoverWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < n; i = next.Add(1) - 1 {
+				if err := run(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
+
+// median of ds (sorted in place).
+func median(ds []time.Duration) time.Duration {
+	ds = slices.Clone(ds)
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
+}
