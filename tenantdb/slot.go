@@ -80,7 +80,7 @@ func (s *Slot) Attach(c *pgconn.PgConn) {
 // adapter can report the statement's error as a bad connection, so that its
 // caller sends it again on another.
 func (s *Slot) ResetFailed() bool {
-	return s.conn != nil && wireOf(s.conn.Conn()).isStale()
+	return s.conn != nil && wireOf(s.conn.Conn()).isSkipped()
 }
 
 // Revoked reports whether the tenant's cluster-wide slot was revoked: the

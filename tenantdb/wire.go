@@ -45,7 +45,9 @@ type wireConn struct {
 	pending  string     // the owner once the armed reset succeeds
 	used     bool       // a holder has had the connection
 	named    int        // named statements pgx prepared and did not close
-	stale    bool       // a reset sent in front of a statement failed and none succeeded since: no write goes out
+	stale    bool       // the last reset failed or was rolled back and none succeeded since: no write goes out
+	skipped  bool       // the last reset failed in front of a statement, which the server skipped
+	undone   bool       // the watched transaction met an error or a ROLLBACK: the reset goes unless it commits
 
 	rmu  sync.Mutex // serializes reads
 	rbuf []byte     // bytes read from Conn, not yet parsed
@@ -80,7 +82,8 @@ var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confi
 func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
-	w.awaiting, w.synced, w.failed, w.values, w.riding, w.stale = false, false, nil, false, false, false
+	w.awaiting, w.synced, w.failed, w.values, w.riding = false, false, nil, false, false
+	w.stale, w.skipped, w.undone = false, false, false
 	w.mu.Unlock()
 }
 
@@ -138,17 +141,18 @@ func (w *wireConn) forgetStatements() {
 // wireConn.stale.
 var errStaleSession = errors.New("tenantdb: the session reset failed and the connection was not reset since; it is closed")
 
-// isStale reports whether a reset sent in front of a statement failed and
-// none succeeded since: the session may still hold the previous holder's
-// state.
-func (w *wireConn) isStale() bool {
+// isSkipped reports whether the last reset failed in front of a statement
+// (which the server skipped) and none was armed since: the session still
+// holds the previous holder's state, and a quick reset would fail again.
+func (w *wireConn) isSkipped() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stale
+	return w.skipped
 }
 
 // Write sends p, with the armed reset in front of it. Once a reset sent in
-// front of a statement failed, nothing is sent until the connection is
+// front of a statement failed, or was rolled back with the statements of
+// its transaction (see watchReply), nothing is sent until the connection is
 // reset again (slowReset, or readySession's arm): pgx fails the statement
 // and closes the connection, which may hold the previous holder's session.
 // Only Pool's calls settle and recover a failed reset; a statement sent
@@ -347,7 +351,7 @@ func (w *wireConn) reply(msg []byte) {
 			// The server skips pgx's messages up to their Sync: the
 			// error is the statement's.
 			w.out = append(w.out, msg...)
-			w.awaiting, w.stale = false, true
+			w.awaiting, w.stale, w.skipped = false, true, true
 		}
 	case 'Z':
 		if w.synced {
@@ -378,14 +382,19 @@ func (w *wireConn) watchReply(msg []byte) {
 	defer w.mu.Unlock()
 	switch msg[0] {
 	case 'E':
-		w.owned = false
+		w.owned, w.undone = false, true
 	case 'C':
 		if bytes.HasPrefix(msg[5:], []byte("ROLLBACK")) {
-			w.owned = false
+			w.owned, w.undone = false, true
+		} else if bytes.HasPrefix(msg[5:], []byte("COMMIT")) {
+			w.undone = false
 		}
 	case 'Z':
 		if len(msg) > 5 && msg[5] == 'I' {
-			w.watch = false
+			// Rolled back, the reset is gone and the session is the
+			// previous holder's again: no statement of this holder's
+			// may follow (see Write).
+			w.watch, w.stale, w.undone = false, w.undone, false
 		}
 	}
 }

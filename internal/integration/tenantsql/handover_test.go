@@ -57,3 +57,43 @@ func TestFailedResetReachesNoStatement(t *testing.T) {
 	}
 	assertReleased(t, p, "b")
 }
+
+// TestUndoneResetReachesNoStatement: the reset of a change of tenant shares
+// its transaction with the statement it travels with, so when that
+// statement fails the reset is rolled back with it and the session is
+// tenant a's again. b's next statement on the same sql.Conn must not run
+// in it: it either fails or sees b's rows only.
+func TestUndoneResetReachesNoStatement(t *testing.T) {
+	dsn := setupRLS(t)
+	p := newPool(t, dsn, 1, tenantdb.Plan{MaxConns: 1}, rlsSession)
+	db := openDB(t, p)
+	// b's statement is in pgx's cache, so that it goes in one round trip
+	// with the reset, not after a Describe of its own.
+	var n int
+	if err := db.QueryRowContext(as("b"), "select 1 / $1::int", 1).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(as("a"), "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(as("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.QueryRowContext(as("b"), "select 1 / $1::int", 0).Scan(&n); err == nil {
+		t.Fatal("b's division by zero succeeded")
+	}
+	const read = "select string_agg(body, ',' order by body) from docs where id > $1"
+	var bodies string
+	err = conn.QueryRowContext(as("b"), read, 0).Scan(&bodies)
+	if err == nil && bodies != "b1" {
+		t.Errorf("after its failed statement, b's next statement on its sql.Conn saw %q, want b's rows only (%q)", bodies, "b1")
+	}
+	t.Logf("b's next statement: %q, %v", bodies, err)
+	conn.Close()
+	if err := db.QueryRowContext(as("b"), read, 0).Scan(&bodies); err != nil || bodies != "b1" {
+		t.Errorf("b's statement on a new connection: %q, %v; want %q", bodies, err, "b1")
+	}
+	assertReleased(t, p, "b")
+}
