@@ -49,9 +49,10 @@ type wireConn struct {
 	skipped  bool       // the last reset failed in front of a statement, which the server skipped
 	undone   bool       // the watched transaction met an error or a ROLLBACK: the reset goes unless it commits
 
-	rmu  sync.Mutex // serializes reads
-	rbuf []byte     // bytes read from Conn, not yet parsed
-	out  []byte     // parsed bytes for pgx
+	reading bool      // a reader owns rbuf and out (beginRead); guarded by mu
+	cond    sync.Cond // on mu: signalled when reading or awaiting ends
+	rbuf    []byte    // bytes read from Conn, not yet parsed; the reader's only
+	out     []byte    // parsed bytes for pgx; the reader's only
 
 	wstate frontendScan // pgx's writes, for named statements; writers only
 }
@@ -65,7 +66,9 @@ func wrapWire(own func(context.Context, *pgconn.Config, net.Conn) (net.Conn, err
 				return nil, err
 			}
 		}
-		return &wireConn{Conn: conn, wstate: frontendScan{startup: true}}, nil
+		w := &wireConn{Conn: conn, wstate: frontendScan{startup: true}}
+		w.cond.L = &w.mu
+		return w, nil
 	}
 }
 
@@ -202,8 +205,11 @@ func isExtended(t byte) bool {
 }
 
 // flushAlone sends prefix with a Sync and waits for its replies: a round
-// trip of its own. It returns the reset's error. The replies are read under
-// rmu, by this call or by a read already in progress.
+// trip of its own. It returns the reset's error. The replies are read by this
+// call or by a read already in progress: pgx's background reader may be
+// blocked in Read when pgx writes, and it sorts the reset's replies out as
+// they arrive, so this call waits for it rather than for the read to end
+// (which needs the statement this write is to send).
 func (w *wireConn) flushAlone(prefix []byte) error {
 	msgs, err := (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
 	if err == nil {
@@ -213,16 +219,44 @@ func (w *wireConn) flushAlone(prefix []byte) error {
 		w.fail(err)
 		return err
 	}
-	w.rmu.Lock()
-	for w.isAwaiting() {
-		if err := w.step(); err != nil {
-			break
+	for {
+		w.mu.Lock()
+		for w.awaiting && w.reading {
+			w.cond.Wait()
+		}
+		if !w.awaiting {
+			err := w.failed
+			w.mu.Unlock()
+			return err
+		}
+		w.reading = true
+		w.mu.Unlock()
+		err := w.step()
+		w.endRead()
+		if err != nil {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.failed
 		}
 	}
-	w.rmu.Unlock()
+}
+
+// beginRead waits until no other reader owns rbuf and out, and takes them.
+func (w *wireConn) beginRead() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.failed
+	for w.reading {
+		w.cond.Wait()
+	}
+	w.reading = true
+	w.mu.Unlock()
+}
+
+// endRead gives rbuf and out back and wakes who waits for them.
+func (w *wireConn) endRead() {
+	w.mu.Lock()
+	w.reading = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
 }
 
 func (w *wireConn) isAwaiting() bool {
@@ -239,6 +273,7 @@ func (w *wireConn) fail(err error) {
 		if w.failed == nil {
 			w.failed = err
 		}
+		w.cond.Broadcast()
 	}
 	w.mu.Unlock()
 }
@@ -257,8 +292,8 @@ func (w *wireConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
+	w.beginRead()
+	defer w.endRead()
 	for len(w.out) == 0 {
 		// Always through step, which looks at the bytes only once they
 		// have arrived: a read that began before a reset was written
@@ -274,7 +309,7 @@ func (w *wireConn) Read(p []byte) (int, error) {
 
 // step reads once from the connection and sorts whole messages: the reset's
 // replies are dropped (ParameterStatus goes to pgx, which must know what the
-// reset changed), the rest is pgx's. Called with rmu held.
+// reset changed), the rest is pgx's. Called by the reader (beginRead).
 func (w *wireConn) step() error {
 	for sorted := false; ; sorted = true {
 		w.mu.Lock()
@@ -329,6 +364,7 @@ func (w *wireConn) step() error {
 func (w *wireConn) reply(msg []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.cond.Broadcast() // awaiting may have ended: wake flushAlone
 	switch msg[0] {
 	case 'S': // ParameterStatus: the reset changed a reported setting
 		w.out = append(w.out, msg...)
@@ -411,7 +447,7 @@ func (w *wireConn) settle(ctx context.Context) error {
 	awaiting := w.awaiting
 	w.mu.Unlock()
 	if awaiting {
-		w.rmu.Lock()
+		w.beginRead()
 		stop := context.AfterFunc(ctx, func() { _ = w.Conn.SetReadDeadline(time.Now()) })
 		if d, ok := ctx.Deadline(); ok {
 			_ = w.Conn.SetReadDeadline(d)
@@ -422,7 +458,7 @@ func (w *wireConn) settle(ctx context.Context) error {
 		}
 		stop()
 		_ = w.Conn.SetReadDeadline(time.Time{})
-		w.rmu.Unlock()
+		w.endRead()
 		w.dropIfOutOfStep(err)
 	}
 	w.mu.Lock()
