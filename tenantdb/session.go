@@ -260,6 +260,11 @@ func (s *sessionSetup) transactional() bool {
 // tenant and, with ScopeSession, the tenant's values. Both travel with the
 // next statement; Pool.Acquire sends them at once (see held.settle).
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	if wireOf(conn.PgConn().Conn()).isSkipped() {
+		// Its last reset failed and nothing reset it since: pgxpool
+		// destroys it and takes another.
+		return false, nil
+	}
 	tenant, _ := TenantFrom(ctx)
 	values, err := s.sessionValues(tenant)
 	if err != nil {

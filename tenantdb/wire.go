@@ -45,10 +45,14 @@ type wireConn struct {
 	pending  string     // the owner once the armed reset succeeds
 	used     bool       // a holder has had the connection
 	named    int        // named statements pgx prepared and did not close
+	stale    bool       // the last reset failed or was rolled back and none succeeded since: no write goes out
+	skipped  bool       // the last reset failed in front of a statement, which the server skipped
+	undone   bool       // the watched transaction met an error or a ROLLBACK: the reset goes unless it commits
 
-	rmu  sync.Mutex // serializes reads
-	rbuf []byte     // bytes read from Conn, not yet parsed
-	out  []byte     // parsed bytes for pgx
+	reading bool      // a reader owns rbuf and out (beginRead); guarded by mu
+	cond    sync.Cond // on mu: signalled when reading or awaiting ends
+	rbuf    []byte    // bytes read from Conn, not yet parsed; the reader's only
+	out     []byte    // parsed bytes for pgx; the reader's only
 
 	wstate frontendScan // pgx's writes, for named statements; writers only
 }
@@ -62,7 +66,9 @@ func wrapWire(own func(context.Context, *pgconn.Config, net.Conn) (net.Conn, err
 				return nil, err
 			}
 		}
-		return &wireConn{Conn: conn, wstate: frontendScan{startup: true}}, nil
+		w := &wireConn{Conn: conn, wstate: frontendScan{startup: true}}
+		w.cond.L = &w.mu
+		return w, nil
 	}
 }
 
@@ -80,6 +86,7 @@ func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
 	w.awaiting, w.synced, w.failed, w.values, w.riding = false, false, nil, false, false
+	w.stale, w.skipped, w.undone = false, false, false
 	w.mu.Unlock()
 }
 
@@ -133,9 +140,33 @@ func (w *wireConn) forgetStatements() {
 	w.mu.Unlock()
 }
 
-// Write sends p, with the armed reset in front of it.
+// errStaleSession fails a write to a session whose reset failed: see
+// wireConn.stale.
+var errStaleSession = errors.New("tenantdb: the session reset failed and the connection was not reset since; it is closed")
+
+// isSkipped reports whether the last reset failed in front of a statement
+// (which the server skipped) and none was armed since: the session still
+// holds the previous holder's state, and a quick reset would fail again.
+func (w *wireConn) isSkipped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.skipped
+}
+
+// Write sends p, with the armed reset in front of it. Once a reset sent in
+// front of a statement failed, or was rolled back with the statements of
+// its transaction (see watchReply), nothing is sent until the connection is
+// reset again (slowReset, or readySession's arm): pgx fails the statement
+// and closes the connection, which may hold the previous holder's session.
+// Only Pool's calls settle and recover a failed reset; a statement sent
+// after it by an adapter (tenantsql, on the same connection) or through
+// Pool.Pgxpool would otherwise run in that session.
 func (w *wireConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
+	if w.stale && (len(p) == 0 || p[0] != 'X') {
+		w.mu.Unlock()
+		return 0, errStaleSession
+	}
 	w.named += w.wstate.scan(p)
 	prefix := w.prefix
 	extended := len(p) > 0 && isExtended(p[0])
@@ -174,8 +205,11 @@ func isExtended(t byte) bool {
 }
 
 // flushAlone sends prefix with a Sync and waits for its replies: a round
-// trip of its own. It returns the reset's error. The replies are read under
-// rmu, by this call or by a read already in progress.
+// trip of its own. It returns the reset's error. The replies are read by this
+// call or by a read already in progress: pgx's background reader may be
+// blocked in Read when pgx writes, and it sorts the reset's replies out as
+// they arrive, so this call waits for it rather than for the read to end
+// (which needs the statement this write is to send).
 func (w *wireConn) flushAlone(prefix []byte) error {
 	msgs, err := (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
 	if err == nil {
@@ -185,16 +219,44 @@ func (w *wireConn) flushAlone(prefix []byte) error {
 		w.fail(err)
 		return err
 	}
-	w.rmu.Lock()
-	for w.isAwaiting() {
-		if err := w.step(); err != nil {
-			break
+	for {
+		w.mu.Lock()
+		for w.awaiting && w.reading {
+			w.cond.Wait()
+		}
+		if !w.awaiting {
+			err := w.failed
+			w.mu.Unlock()
+			return err
+		}
+		w.reading = true
+		w.mu.Unlock()
+		err := w.step()
+		w.endRead()
+		if err != nil {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.failed
 		}
 	}
-	w.rmu.Unlock()
+}
+
+// beginRead waits until no other reader owns rbuf and out, and takes them.
+func (w *wireConn) beginRead() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.failed
+	for w.reading {
+		w.cond.Wait()
+	}
+	w.reading = true
+	w.mu.Unlock()
+}
+
+// endRead gives rbuf and out back and wakes who waits for them.
+func (w *wireConn) endRead() {
+	w.mu.Lock()
+	w.reading = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
 }
 
 func (w *wireConn) isAwaiting() bool {
@@ -211,6 +273,7 @@ func (w *wireConn) fail(err error) {
 		if w.failed == nil {
 			w.failed = err
 		}
+		w.cond.Broadcast()
 	}
 	w.mu.Unlock()
 }
@@ -229,8 +292,8 @@ func (w *wireConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
+	w.beginRead()
+	defer w.endRead()
 	for len(w.out) == 0 {
 		// Always through step, which looks at the bytes only once they
 		// have arrived: a read that began before a reset was written
@@ -246,7 +309,7 @@ func (w *wireConn) Read(p []byte) (int, error) {
 
 // step reads once from the connection and sorts whole messages: the reset's
 // replies are dropped (ParameterStatus goes to pgx, which must know what the
-// reset changed), the rest is pgx's. Called with rmu held.
+// reset changed), the rest is pgx's. Called by the reader (beginRead).
 func (w *wireConn) step() error {
 	for sorted := false; ; sorted = true {
 		w.mu.Lock()
@@ -301,6 +364,7 @@ func (w *wireConn) step() error {
 func (w *wireConn) reply(msg []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.cond.Broadcast() // awaiting may have ended: wake flushAlone
 	switch msg[0] {
 	case 'S': // ParameterStatus: the reset changed a reported setting
 		w.out = append(w.out, msg...)
@@ -323,7 +387,7 @@ func (w *wireConn) reply(msg []byte) {
 			// The server skips pgx's messages up to their Sync: the
 			// error is the statement's.
 			w.out = append(w.out, msg...)
-			w.awaiting = false
+			w.awaiting, w.stale, w.skipped = false, true, true
 		}
 	case 'Z':
 		if w.synced {
@@ -354,14 +418,19 @@ func (w *wireConn) watchReply(msg []byte) {
 	defer w.mu.Unlock()
 	switch msg[0] {
 	case 'E':
-		w.owned = false
+		w.owned, w.undone = false, true
 	case 'C':
 		if bytes.HasPrefix(msg[5:], []byte("ROLLBACK")) {
-			w.owned = false
+			w.owned, w.undone = false, true
+		} else if bytes.HasPrefix(msg[5:], []byte("COMMIT")) {
+			w.undone = false
 		}
 	case 'Z':
 		if len(msg) > 5 && msg[5] == 'I' {
-			w.watch = false
+			// Rolled back, the reset is gone and the session is the
+			// previous holder's again: no statement of this holder's
+			// may follow (see Write).
+			w.watch, w.stale, w.undone = false, w.undone, false
 		}
 	}
 }
@@ -378,7 +447,7 @@ func (w *wireConn) settle(ctx context.Context) error {
 	awaiting := w.awaiting
 	w.mu.Unlock()
 	if awaiting {
-		w.rmu.Lock()
+		w.beginRead()
 		stop := context.AfterFunc(ctx, func() { _ = w.Conn.SetReadDeadline(time.Now()) })
 		if d, ok := ctx.Deadline(); ok {
 			_ = w.Conn.SetReadDeadline(d)
@@ -389,7 +458,7 @@ func (w *wireConn) settle(ctx context.Context) error {
 		}
 		stop()
 		_ = w.Conn.SetReadDeadline(time.Time{})
-		w.rmu.Unlock()
+		w.endRead()
 		w.dropIfOutOfStep(err)
 	}
 	w.mu.Lock()

@@ -199,8 +199,17 @@ func writeReport(dir string, rs []result, scale float64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scenariosFlag(rs) + scaleFlag(scale) + " -out " + dir + "`.\n" +
-		markdownTable(rs, scale) + targets(rs, scale) + oracleTable(rs) + "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
+	md := "# Noisy neighbour: results\n\nProduced by `go run ./bench/noisy" + scenariosFlag(rs) + scaleFlag(scale) + roundsFlag(rs) + " -out " + dir + "`.\n"
+	if !onlyOracle(rs) {
+		md += markdownTable(rs, scale) + targets(rs, scale)
+	}
+	md += oracleTable(rs)
+	if !onlyOracle(rs) {
+		md += "\n![quiet tenant p50 per scenario](quiet_p50.png)\n"
+	}
+	for _, name := range oracleNames(rs) {
+		md += fmt.Sprintf("\n![%s: effective limits and quiet reads of the adaptive runs](timeline-%s.png) (data: [timeline-%s.csv](timeline-%s.csv))\n", name, name, name, name)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "noisy.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
@@ -227,6 +236,38 @@ func scenariosFlag(rs []result) string {
 		return ""
 	}
 	return " -scenarios " + strings.Join(names, ",")
+}
+
+// roundsFlag is the -rounds flag of a run with oracle-* scenarios.
+func roundsFlag(rs []result) string {
+	for _, r := range rs {
+		if r.Oracle != nil {
+			return fmt.Sprintf(" -rounds %d", r.Oracle.Rounds)
+		}
+	}
+	return ""
+}
+
+// onlyOracle reports whether rs holds only oracle-* rows, which the
+// flood's table, targets and chart do not show.
+func onlyOracle(rs []result) bool {
+	for _, r := range rs {
+		if r.Oracle == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// oracleNames are the oracle-* scenarios of rs, in order.
+func oracleNames(rs []result) []string {
+	var names []string
+	for _, r := range rs {
+		if r.Oracle != nil && !slices.Contains(names, r.Scenario) {
+			names = append(names, r.Scenario)
+		}
+	}
+	return names
 }
 
 func scaleFlag(scale float64) string {

@@ -3,6 +3,7 @@ package tracing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
 	"github.com/tenantdb/tenantdb/tracing/otelsetup"
 )
@@ -113,9 +115,30 @@ func TestBadTenantIDsInEndedRequestsReachNoLabel(t *testing.T) {
 			t.Errorf("an invalid tenant ID %q is on a span", id)
 		}
 	}
-	// The exporter keeps working after them: a second scrape answers too.
+	// The exporter keeps working after them: a real Prometheus scrapes it
+	// (up is 1; a 500 would make it 0) and sees the real tenant's series,
+	// labelled with its own ID, and no other tenant's.
 	mustAcquire(t, root, g, "acme").Release()
-	scrape(t, srv.URL)
+	prom := tenantdbtest.StartPrometheusWith(t, tenantdbtest.PrometheusConfig{
+		Targets: []string{strings.TrimPrefix(srv.URL, "http://")},
+	})
+	tenantdbtest.EventuallyNoError(t, time.Minute, "Prometheus scrapes the exporter", func(ctx context.Context) error {
+		up, err := prom.Query(ctx, `up{job="tenantdbtest"}`)
+		if err != nil {
+			return err
+		}
+		if len(up) != 1 || up[0].Value != 1 {
+			return fmt.Errorf("up = %v, want one target up", up)
+		}
+		series, err := prom.Query(ctx, `count by (tenantdb_tenant_id) (tenantdb_tenant_connection_use_time_seconds_count)`)
+		if err != nil {
+			return err
+		}
+		if len(series) != 1 || series[0].Labels["tenantdb_tenant_id"] != "acme" {
+			return fmt.Errorf("tenant labels %v, want acme's alone", series)
+		}
+		return nil
+	})
 }
 
 // TestLongTenantIDCutOnACharacterBoundary puts a 257-byte tenant ID whose

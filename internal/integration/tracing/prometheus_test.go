@@ -121,10 +121,10 @@ func (e *promEnv) workload(ctx context.Context) (wait func()) {
 	return wg.Wait
 }
 
-// Shipped files, relative to this package.
+// Shipped files (tracing/prometheus), relative to this package.
 const (
-	shippedRules     = "prometheus/tenantdb.rules.yml"
-	shippedDashboard = "prometheus/tenantdb.dashboard.json"
+	shippedRules     = "../../../tracing/prometheus/tenantdb.rules.yml"
+	shippedDashboard = "../../../tracing/prometheus/tenantdb.dashboard.json"
 )
 
 // dashboardExprs returns the PromQL of every panel target of the shipped
