@@ -47,8 +47,11 @@ type RunnerConfig struct {
 
 	// OnError is told about every job that did not run to completion: a job
 	// that panicked (a *PanicError; the worker and the slot survive it) and
-	// a job whose admission failed other than by the tenant being over its
-	// cap (the Gate was closed, Config.Lookup failed: the job is not run).
+	// a job whose admission failed for good (the Gate was closed, Lookup
+	// said the tenant or its plan is invalid: the job is not run), and a
+	// transient admission failure (Lookup failed, too many tenants: the
+	// jobs stay queued and are retried after a pause of LookupErrorTTL, at
+	// least 100ms, until Close is called).
 	// It is called from the job's goroutine, outside any lock. Default: log
 	// the error with the standard logger.
 	OnError func(tenant string, err error)
@@ -378,9 +381,11 @@ func (r *Runner) leaveLocked(tenantID string, q *tenantJobs) {
 // admissionFailed handles an Acquire error and reports whether the
 // acquirer goes on. Over its cap (its limit was cut, or the Gate's permits
 // are also taken outside the Runner), an acquirer that is not the tenant's
-// last leaves; the last one retries after RetryAfter. Any other error fails
-// the tenant's next job, which OnError is told about, unless the Runner's
-// context ended: Close has dropped the queue then.
+// last leaves; the last one retries after RetryAfter. A transient failure
+// (Lookup failed, too many tenants) is told to OnError and retried the same
+// way after a pause, the jobs kept. Any other error fails the tenant's next
+// job, which OnError is told about, unless the Runner's context ended: Close
+// has dropped the queue then.
 func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool {
 	if r.ctx.Err() != nil {
 		r.mu.Lock()
@@ -389,7 +394,14 @@ func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool
 		return false
 	}
 	var ole *OverLimitError
-	if errors.As(err, &ole) {
+	retryAfter := time.Duration(0)
+	switch {
+	case errors.As(err, &ole):
+		retryAfter = ole.RetryAfter
+	case transient(err) && !r.isClosed():
+		retryAfter = max(r.g.cfg.LookupErrorTTL, minRetryPause)
+	}
+	if retryAfter > 0 {
 		r.mu.Lock()
 		if q.acquirers > 1 || q.len() == 0 {
 			r.leaveLocked(tenantID, q)
@@ -397,7 +409,10 @@ func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool
 			return false
 		}
 		r.mu.Unlock()
-		t := time.NewTimer(ole.RetryAfter)
+		if ole == nil {
+			r.onError(tenantID, fmt.Errorf("pool: jobs of tenant %q wait: %w", tenantID, err))
+		}
+		t := time.NewTimer(retryAfter)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -416,6 +431,31 @@ func (r *Runner) admissionFailed(tenantID string, q *tenantJobs, err error) bool
 		r.onError(tenantID, fmt.Errorf("pool: job of tenant %q not run: %w", tenantID, err))
 	}
 	return goOn
+}
+
+// isClosed reports whether Close was called: a transient failure then fails
+// the job instead of keeping Close waiting for an outage to end.
+func (r *Runner) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// minRetryPause is the shortest pause of a Runner after a transient
+// admission failure.
+const minRetryPause = 100 * time.Millisecond
+
+// transient reports whether an admission failure may pass by itself: a
+// failed Lookup (not one that says the tenant or its plan is invalid) or too
+// many tenants tracked. A closed Gate, an invalid tenant, class or plan are
+// not.
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidTenant), errors.Is(err, ErrUnknownClass),
+		errors.Is(err, ErrUnknownPlan), errors.Is(err, ErrInvalidConfig), errors.Is(err, ErrRunnerOwnGate):
+		return false
+	}
+	return true
 }
 
 // run runs one job holding permit, and releases it on every path; a panic
