@@ -38,6 +38,12 @@ var (
 	// SetTenantLimit.
 	ErrInvalidConfig = errors.New("pool: invalid config")
 
+	// ErrNoTenant is the one sentinel of a request without a tenant, which is
+	// refused rather than served from a shared bucket: tenantdb.ErrNoTenant,
+	// poolhttp.ErrNoTenant and tenantgrpc.ErrNoTenant are this error, so
+	// errors.Is matches it from every adapter.
+	ErrNoTenant = errors.New("no valid tenant")
+
 	// ErrRunnerOwnGate is returned by Acquire to a job of a Runner that asks
 	// the Runner's own Gate for a slot: the job's permit already holds one of
 	// its tenant's slots, so at a cap of 1 such a call could never be

@@ -152,7 +152,7 @@ func (p *Pool) Close() {
 func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
 	id, ok := TenantFrom(ctx)
 	if !ok {
-		return pool.Permit{}, ErrNoTenant
+		return pool.Permit{}, errNoTenantInContext
 	}
 	permit, err := p.gate.Acquire(ctx, id)
 	if err != nil && errors.Is(err, pool.ErrInvalidTenant) {

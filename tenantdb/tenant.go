@@ -2,7 +2,7 @@ package tenantdb
 
 import (
 	"context"
-	"errors"
+	"fmt"
 
 	"github.com/tenantdb/tenantdb/pool"
 )
@@ -10,7 +10,10 @@ import (
 // ErrNoTenant is returned when the context carries no tenant, or one that is
 // empty, too long or malformed (then it also matches pool.ErrInvalidTenant).
 // Such a request is refused rather than served from a shared bucket.
-var ErrNoTenant = errors.New("tenantdb: no valid tenant in context")
+// It is pool.ErrNoTenant, the sentinel every adapter shares.
+var ErrNoTenant = pool.ErrNoTenant
+
+var errNoTenantInContext = fmt.Errorf("tenantdb: %w in context", ErrNoTenant)
 
 // WithTenant returns a copy of ctx that carries tenantID. Every Pool call
 // made with it is admitted against that tenant's limits. It is

@@ -1,7 +1,6 @@
 package poolhttp
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +11,9 @@ import (
 
 // ErrNoTenant is returned (wrapped, inside the *url.Error an http.Client
 // adds) by Transport for a request whose context carries no tenant. Such a
-// call is refused rather than counted against a shared bucket.
-var ErrNoTenant = errors.New("poolhttp: no tenant in request context")
+// call is refused rather than counted against a shared bucket. It is
+// pool.ErrNoTenant, the sentinel every adapter shares.
+var ErrNoTenant = pool.ErrNoTenant
 
 // Transport is an http.RoundTripper that admits every outbound request
 // against Gate for the tenant in the request's context (pool.WithTenant,
@@ -42,7 +42,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	id, ok := pool.TenantFrom(req.Context())
 	if !ok {
 		closeBody(req)
-		return nil, fmt.Errorf("%w: %s %s", ErrNoTenant, req.Method, req.URL.Redacted())
+		return nil, fmt.Errorf("poolhttp: %w in request context: %s %s", ErrNoTenant, req.Method, req.URL.Redacted())
 	}
 	permit, err := t.Gate.Acquire(req.Context(), id)
 	if err != nil {

@@ -22,8 +22,9 @@ import (
 type TenantFunc func(ctx context.Context, md metadata.MD) (string, error)
 
 // ErrNoTenant is returned by the TenantFunc of FromMetadata when the key is
-// missing or empty.
-var ErrNoTenant = errors.New("tenantgrpc: no tenant in metadata")
+// missing or empty. It is pool.ErrNoTenant, the sentinel every adapter
+// shares.
+var ErrNoTenant = pool.ErrNoTenant
 
 // FromMetadata returns a TenantFunc that reads the first value of key (a
 // lowercase metadata key such as "x-tenant-id"). It trusts the client; use
@@ -33,7 +34,7 @@ func FromMetadata(key string) TenantFunc {
 		if v := md.Get(key); len(v) > 0 && v[0] != "" {
 			return v[0], nil
 		}
-		return "", fmt.Errorf("%w: %q", ErrNoTenant, key)
+		return "", fmt.Errorf("tenantgrpc: %w in metadata: %q", ErrNoTenant, key)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/tenantdb/tenantdb/internal/poll"
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/pool/poolhttp"
+	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantgrpc"
 )
 
@@ -284,6 +287,26 @@ func TestStatusHidesLookupErrors(t *testing.T) {
 		_, err := e.client.Check(as("acme"), &healthpb.HealthCheckRequest{})
 		if st := status.Convert(err); st.Code() != tc.want || strings.Contains(st.Message(), "hunter2") || strings.Contains(st.Message(), "10.9.8.7") {
 			t.Errorf("%s: %v; want %v without Lookup's text", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestOneErrNoTenant: a missing tenant from every adapter matches one
+// sentinel, pool.ErrNoTenant, and each adapter's old name.
+func TestOneErrNoTenant(t *testing.T) {
+	_, grpcErr := tenantgrpc.FromMetadata("x-tenant-id")(context.Background(), metadata.MD{})
+	g, err := pool.New(pool.Config{Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+	_, httpErr := (&poolhttp.Transport{Gate: g}).RoundTrip(req)
+	for name, err := range map[string]error{"tenantgrpc": grpcErr, "poolhttp": httpErr, "tenantdb": tenantdb.ErrNoTenant} {
+		for _, target := range []error{pool.ErrNoTenant, tenantdb.ErrNoTenant, poolhttp.ErrNoTenant, tenantgrpc.ErrNoTenant} {
+			if !errors.Is(err, target) {
+				t.Errorf("%s: %v does not match %v", name, err, target)
+			}
 		}
 	}
 }
