@@ -52,6 +52,10 @@ func Middleware(g *pool.Gate, tenant func(*http.Request) (string, error), opts .
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if o.skip != nil && o.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
 			id, err := tenant(r)
 			if err != nil {
 				http.Error(w, "no tenant: "+err.Error(), http.StatusUnauthorized)
@@ -84,6 +88,14 @@ type Option func(*options)
 
 type options struct {
 	classOf func(*http.Request) string
+	skip    func(*http.Request) bool
+}
+
+// Skip makes Middleware pass the requests for which skip returns true
+// (health checks, metrics: by r.URL.Path) straight to the next handler,
+// unadmitted and without a tenant, as go-grpc-middleware's selector does.
+func Skip(skip func(r *http.Request) bool) Option {
+	return func(o *options) { o.skip = skip }
 }
 
 // ClassOf makes Middleware admit each request as work of the class that

@@ -431,3 +431,31 @@ func TestMiddlewareHidesLookupErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareSkip: a skipped route (a health check) is served without a
+// tenant and takes no slot, even with the tenant's only slot held; other
+// routes are admitted as before.
+func TestMiddlewareSkip(t *testing.T) {
+	g := newGate(t, pool.Config{Capacity: 1, Plans: map[string]pool.Plan{"p": {MaxConns: 1}}})
+	h := newBlocking()
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	srv := newServer(t, poolhttp.Middleware(g, headerTenant, poolhttp.Skip(func(r *http.Request) bool {
+		return r.URL.Path == "/healthz"
+	}))(mux))
+	c := newClient(t)
+	first := getAsync(context.Background(), c, srv.URL, "acme")
+	<-h.tenants
+	if r := get(context.Background(), c, srv.URL+"/healthz", "-"); r.status != http.StatusOK || r.body != "ok" {
+		t.Fatalf("skipped route without a tenant, slots all held: %d %q; want 200", r.status, r.body)
+	}
+	if r := get(context.Background(), c, srv.URL+"/other", "-"); r.status != http.StatusUnauthorized {
+		t.Fatalf("a route not skipped without a tenant: %d, want 401", r.status)
+	}
+	close(h.release)
+	<-first
+	if s := g.Stat(); s.Acquired != 1 {
+		t.Fatalf("acquired %d, want 1: the skipped route took a slot", s.Acquired)
+	}
+}

@@ -44,9 +44,13 @@ func FromMetadata(key string) TenantFunc {
 // handler's context carries the tenant (pool.TenantFrom,
 // tenantdb.TenantFrom). A call that is not admitted never reaches the
 // handler; its status is the one Status gives.
-func UnaryServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(g *pool.Gate, tenant TenantFunc, opts ...Option) grpc.UnaryServerInterceptor {
 	mustConfig(g, tenant)
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	o := options(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if o.skip != nil && o.skip(ctx, info.FullMethod) {
+			return handler(ctx, req)
+		}
 		ctx, permit, err := admit(ctx, g, tenant)
 		if err != nil {
 			return nil, err
@@ -59,9 +63,13 @@ func UnaryServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.UnaryServerInt
 // StreamServerInterceptor admits every stream as UnaryServerInterceptor
 // admits a call: the slot is held for the stream's whole life, until the
 // handler returns (the client going away cancels the stream's context).
-func StreamServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(g *pool.Gate, tenant TenantFunc, opts ...Option) grpc.StreamServerInterceptor {
 	mustConfig(g, tenant)
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	o := options(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if o.skip != nil && o.skip(ss.Context(), info.FullMethod) {
+			return handler(srv, ss)
+		}
 		ctx, permit, err := admit(ss.Context(), g, tenant)
 		if err != nil {
 			return err
@@ -69,6 +77,29 @@ func StreamServerInterceptor(g *pool.Gate, tenant TenantFunc) grpc.StreamServerI
 		defer permit.Release()
 		return handler(srv, &tenantStream{ServerStream: ss, ctx: ctx})
 	}
+}
+
+// Option configures the interceptors.
+type Option func(*config)
+
+type config struct {
+	skip func(ctx context.Context, fullMethod string) bool
+}
+
+func options(opts []Option) config {
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return c
+}
+
+// Skip makes the interceptors pass the calls for which skip returns true
+// (health checks, reflection: by fullMethod, "/package.Service/Method")
+// straight to the handler, unadmitted and without a tenant, as
+// go-grpc-middleware's selector does.
+func Skip(skip func(ctx context.Context, fullMethod string) bool) Option {
+	return func(c *config) { c.skip = skip }
 }
 
 func mustConfig(g *pool.Gate, tenant TenantFunc) {

@@ -310,3 +310,45 @@ func TestOneErrNoTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipMethods: a skipped method is served without a tenant and takes no
+// slot; the others are still refused without one.
+func TestSkipMethods(t *testing.T) {
+	g, err := pool.New(pool.Config{Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h := &blockingHealth{release: make(chan struct{}), tenants: make(chan string, 100)}
+	close(h.release)
+	skip := tenantgrpc.Skip(func(_ context.Context, m string) bool { return m == "/grpc.health.v1.Health/Check" })
+	tenant := tenantgrpc.FromMetadata("x-tenant-id")
+	srv := grpc.NewServer(grpc.UnaryInterceptor(tenantgrpc.UnaryServerInterceptor(g, tenant, skip)),
+		grpc.StreamInterceptor(tenantgrpc.StreamServerInterceptor(g, tenant, skip)))
+	healthpb.RegisterHealthServer(srv, h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("skipped method without a tenant: %v", err)
+	}
+	w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a method not skipped without a tenant: %v; want Unauthenticated", err)
+	}
+	if s := g.Stat(); s.Acquired != 0 {
+		t.Fatalf("acquired %d, want 0", s.Acquired)
+	}
+}
