@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +171,55 @@ func TestRedisSlowRedisTimesOut(t *testing.T) {
 	// Well within the two-minute TTL: released, not expired.
 	assertNothingHeld(t, rdb, prefix, 30*time.Second, l)
 	mustAcquire(t, l, "acme", 5).Release()
+}
+
+// TestRedisReleasedChannelUnsubscribedAfterReconnect drops the pub/sub
+// connection while a released tenant's channel lingers. go-redis subscribes
+// again on reconnect to every channel it tracks; the limiter must still
+// unsubscribe that channel once its linger is over rather than forget it
+// and leave it subscribed for the life of the Limiter.
+func TestRedisReleasedChannelUnsubscribedAfterReconnect(t *testing.T) {
+	r := tenantdbtest.StartRedis(t) // its own: the test kills every pub/sub client
+	rdb := newClient(t, r.Addr)
+	ctx := context.Background()
+	l := newLimiter(t, Config{Client: newClient(t, r.Addr), LeaseTTL: 3 * time.Second,
+		OpTimeout: time.Second, RecheckEvery: 100 * time.Millisecond})
+	slept := sleeping(l)
+	channel := tenantKeys(l.cfg.Prefix, "acme").channel
+	subscribed := func() bool {
+		chans, err := rdb.PubSubChannels(ctx, channel).Result()
+		if err != nil {
+			t.Fatalf("PUBSUB CHANNELS: %v", err)
+		}
+		return len(chans) > 0
+	}
+
+	held := mustAcquire(t, l, "acme", 1)
+	waiter := acquireAsync(l, "acme", 1, -1)
+	awaitSleep(t, slept, "acme") // subscribed, and confirmed
+	held.Release()
+	if a := receive(t, waiter, "waiter"); a.err != nil {
+		t.Fatalf("waiter: %v", a.err)
+	} else {
+		a.s.Release()
+	}
+	if !subscribed() {
+		t.Fatal("the channel is not subscribed while it lingers")
+	}
+
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL: %v", err)
+	}
+	eventually(t, time.Minute, "the pub/sub connection is back", func() bool {
+		list, err := rdb.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatalf("CLIENT LIST: %v", err)
+		}
+		return strings.Contains(list, "sub=1")
+	})
+	// The channel is unsubscribed by the first sweep after its linger:
+	// within two lingers of the release. Four leave room for a slow machine.
+	eventually(t, 4*l.n.linger, "the released channel is unsubscribed", func() bool {
+		return !subscribed()
+	})
 }

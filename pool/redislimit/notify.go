@@ -48,6 +48,7 @@ type channel struct {
 	name      string
 	watchers  list.List     // of *watcher, oldest first
 	sent      bool          // SUBSCRIBE sent on the current connection
+	tracked   bool          // go-redis subscribes it again on every reconnect until UNSUBSCRIBE
 	barrier   uint64        // the PING that confirms it
 	ready     chan struct{} // closed once confirmed
 	isReady   bool
@@ -116,7 +117,7 @@ func (n *notifier) unwatch(w *watcher) {
 	}
 	if c.watchers.Len() == 0 {
 		c.idleSince = time.Now()
-		if !c.sent {
+		if !c.tracked {
 			delete(n.chans, c.name)
 		}
 	}
@@ -222,7 +223,8 @@ func (n *notifier) confirm(s uint64) {
 
 // connectionLost forgets every confirmation (notifications may have been
 // missed and the subscriptions must be confirmed again) and wakes every
-// waiter to re-check now.
+// waiter to re-check now. The channels stay tracked: go-redis subscribes
+// them again when it reconnects, so an idle one still needs its UNSUBSCRIBE.
 func (n *notifier) connectionLost() {
 	n.mu.Lock()
 	for _, c := range n.chans {
@@ -282,10 +284,12 @@ func (n *notifier) sync() bool {
 	for name, c := range n.chans {
 		switch {
 		case c.watchers.Len() > 0 && !c.sent:
-			c.sent = true
+			c.sent, c.tracked = true, true
 			subs = append(subs, name)
-		case c.watchers.Len() == 0 && (!c.sent || now.Sub(c.idleSince) >= n.linger):
-			if c.sent {
+		case c.watchers.Len() == 0 && (!c.tracked || now.Sub(c.idleSince) >= n.linger):
+			// go-redis forgets a channel on Unsubscribe even when the
+			// command fails, so one attempt is enough.
+			if c.tracked {
 				unsubs = append(unsubs, name)
 			}
 			delete(n.chans, name)
