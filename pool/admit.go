@@ -223,8 +223,10 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		}
 	}()
 	var timeout <-chan time.Time
-	var ctxErr error // ctx's error as last read, outside the lock
+	var ctxErr error       // ctx's error as last read, outside the lock
+	var waitedIn waitStage // the stage w was last seen waiting in
 	for w.stage != stageDone {
+		waitedIn = w.stage
 		if w.stage == stageCluster {
 			ctxErr = g.askClusterLocked(ctx, w, d)
 			continue
@@ -258,6 +260,7 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		case w.stage == stageDone || w.stage == stageCluster:
 			// Granted, failed or promoted meanwhile: the next turn acts on it.
 		case ctxErr != nil:
+			waitedIn = w.stage // promoted from capQ to globalQ while parked, perhaps
 			g.failLocked(w, ctxOutcome(ctxErr), ctxErr)
 		case fired:
 			// In capQ the next turn times w out. In globalQ it holds a
@@ -270,13 +273,14 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 			g.mu.Lock()
 		}
 	}
-	return g.leaveLocked(w, ctxErr, d)
+	return g.leaveLocked(w, ctxErr, waitedIn, d)
 }
 
 // leaveLocked ends w's admission: it counts the outcome, fills the trace data
 // and releases what w does not hand to its caller. A grant that raced the
-// caller's cancellation (ctxErr) is given back. It unlocks g.mu.
-func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Permit, error) {
+// caller's cancellation (ctxErr) is given back. A request whose ctx ended
+// gets a *WaitError naming waitedIn. It unlocks g.mu.
+func (g *Gate) leaveLocked(w *waiter, ctxErr error, waitedIn waitStage, d *TraceAcquireEndData) (Permit, error) {
 	t := w.t
 	lease := w.lease // a failed request's; a granted one's went to its permit
 	w.lease = nil
@@ -295,8 +299,11 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, d *TraceAcquireEndData) (Per
 		if err, ok := w.err.(*OverLimitError); ok {
 			return Permit{}, err
 		}
-		return Permit{}, fmt.Errorf("pool: tenant %q: gave up waiting after %v: %w",
-			t.id, time.Duration(w.done-w.enqueued).Round(time.Microsecond), w.err)
+		e := &WaitError{Tenant: t.id, Stage: waitedIn.public(), Waited: time.Duration(w.done - w.enqueued), Err: w.err}
+		if w.l.class.index != 0 {
+			e.Class = w.l.class.name
+		}
+		return Permit{}, e
 	}
 	return w.permit, w.err
 }

@@ -91,3 +91,43 @@ func (e *OverLimitError) Error() string {
 
 // Is makes errors.Is(err, ErrOverLimit) true.
 func (e *OverLimitError) Is(target error) bool { return target == ErrOverLimit }
+
+// Stage names where a request waited for admission.
+type Stage string
+
+const (
+	// StageTenant is the wait in the tenant's own queue, for a slot under its cap.
+	StageTenant Stage = "tenant queue"
+	// StageCluster is the wait for a cluster-wide slot from Config.Cluster.
+	StageCluster Stage = "cluster"
+	// StageShared is the wait for the Gate's shared capacity.
+	StageShared Stage = "shared pool"
+)
+
+// WaitError reports a request whose context ended while it waited for
+// admission. It unwraps to the context's error, so errors.Is(err,
+// context.DeadlineExceeded) and errors.Is(err, context.Canceled) hold.
+type WaitError struct {
+	// Tenant is the tenant whose request gave up.
+	Tenant string
+	// Class is the request's class (WithClass), empty for the default class.
+	Class string
+	// Stage is where the request was waiting when its context ended.
+	Stage Stage
+	// Waited is how long it waited in all stages.
+	Waited time.Duration
+	// Err is the context's error.
+	Err error
+}
+
+func (e *WaitError) Error() string {
+	who := fmt.Sprintf("tenant %q", e.Tenant)
+	if e.Class != "" {
+		who += fmt.Sprintf(" class %q", e.Class)
+	}
+	return fmt.Sprintf("pool: %s: gave up waiting in the %s after %v: %v",
+		who, e.Stage, e.Waited.Round(time.Microsecond), e.Err)
+}
+
+// Unwrap returns the context's error.
+func (e *WaitError) Unwrap() error { return e.Err }

@@ -32,6 +32,18 @@ const (
 	stageDone                     // granted or failed; in no queue
 )
 
+// public is the Stage that names s in a *WaitError.
+func (s waitStage) public() Stage {
+	switch s {
+	case stageCluster:
+		return StageCluster
+	case stageGlobal:
+		return StageShared
+	default:
+		return StageTenant
+	}
+}
+
 func newWaiter(l *lane, now int64) *waiter {
 	w := &waiter{t: l.t, l: l, wake: make(chan struct{}, 1), enqueued: now}
 	w.qlink.v = w

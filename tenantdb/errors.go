@@ -24,6 +24,23 @@ var (
 // back; WriteOverLimit turns it into HTTP 429 with Retry-After.
 type OverLimitError = pool.OverLimitError
 
+// WaitError reports a call whose context ended while it waited for a
+// connection: its Stage says where it waited, and errors.Is matches it with
+// the context's error (context.DeadlineExceeded or context.Canceled).
+type WaitError = pool.WaitError
+
+// Stage names where a call waited for a connection (WaitError.Stage).
+type Stage = pool.Stage
+
+const (
+	// StageTenant is the wait in the tenant's own queue, for a slot under its cap.
+	StageTenant = pool.StageTenant
+	// StageCluster is the wait for a cluster-wide slot (Config.Cluster).
+	StageCluster = pool.StageCluster
+	// StageShared is the wait for the pool's shared capacity.
+	StageShared = pool.StageShared
+)
+
 // ErrConnReleased is returned by every use of a Conn after its Release (or
 // Hijack), of any copy of it, and of the Tx, Rows, Row and BatchResults it
 // handed out: the connection may be another holder's by then. The zero
