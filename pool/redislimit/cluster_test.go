@@ -180,7 +180,7 @@ func TestRedisClusterNotificationAcrossNodes(t *testing.T) {
 	c := redisCluster(t)
 	nodes := clusterNodesOf(t, c)
 	prefix := uniquePrefix(t)
-	slow := Config{Prefix: prefix, LeaseTTL: 10 * time.Minute, RecheckEvery: 10 * time.Minute}
+	slow := Config{Prefix: prefix, LeaseTTL: time.Hour, RecheckEvery: 10 * time.Minute}
 	holderCfg, waiterCfg := slow, slow
 	holderCfg.Client, waiterCfg.Client = newClusterClient(t, c), newClusterClient(t, c)
 	holder, waiter := newLimiter(t, holderCfg), newLimiter(t, waiterCfg)

@@ -75,7 +75,13 @@ type Config struct {
 	// RecheckEvery is how long a waiting request sleeps at most without a
 	// notification before it asks again (notifications can be lost with a
 	// connection; slots freed by expiry are never announced), and how often
-	// a degraded limiter probes Redis. Default 1 second.
+	// a degraded limiter probes Redis. A degraded limiter renews nothing
+	// until a probe succeeds, so after a renewal failed (up to OpTimeout
+	// after it was due) the next probe must come while the held leases are
+	// still valid: RenewEvery+OpTimeout+RecheckEvery must be less than
+	// LeaseTTL less a safety margin (a tenth of LeaseTTL at most), else New
+	// refuses the Config. Default 1 second, or half the room that rule
+	// leaves when that is less.
 	RecheckEvery time.Duration
 
 	// Mode says what to do when Redis cannot be asked. Default FailOpen.
@@ -140,8 +146,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RenewEvery+c.OpTimeout >= c.LeaseTTL {
 		return bad("RenewEvery %v + OpTimeout %v must be less than LeaseTTL %v", c.RenewEvery, c.OpTimeout, c.LeaseTTL)
 	}
+	// A probe RecheckEvery after a failed renewal must still find the
+	// leases valid, else a blip of Redis revokes them (see RecheckEvery).
+	room := c.LeaseTTL - margin(c) - c.RenewEvery - c.OpTimeout
 	if c.RecheckEvery == 0 {
-		c.RecheckEvery = defaultRecheckEvery
+		c.RecheckEvery = max(time.Millisecond, min(defaultRecheckEvery, room/2))
+	}
+	if c.RecheckEvery >= room {
+		return bad("RecheckEvery %v is too long for LeaseTTL %v: a degraded limiter renews only after a probe, "+
+			"so RenewEvery %v + OpTimeout %v + RecheckEvery must be less than LeaseTTL less its margin %v",
+			c.RecheckEvery, c.LeaseTTL, c.RenewEvery, c.OpTimeout, margin(c))
 	}
 	if c.MinReplicas < 0 {
 		return bad("MinReplicas %d is negative", c.MinReplicas)

@@ -85,8 +85,8 @@ func TestRedisClusterHashTags(t *testing.T) {
 		}
 	}
 
-	a := newLimiter(t, Config{Client: newCluster(), Prefix: prefix, RecheckEvery: 10 * time.Minute})
-	b := newLimiter(t, Config{Client: newCluster(), Prefix: prefix, RecheckEvery: 10 * time.Minute})
+	a := newLimiter(t, Config{Client: newCluster(), Prefix: prefix, LeaseTTL: time.Hour, OpTimeout: testOpTimeout, RecheckEvery: 10 * time.Minute})
+	b := newLimiter(t, Config{Client: newCluster(), Prefix: prefix, LeaseTTL: time.Hour, OpTimeout: testOpTimeout, RecheckEvery: 10 * time.Minute})
 	asleep := sleeping(b)
 	for _, tenant := range tenants {
 		s := mustAcquire(t, a, tenant, 1)

@@ -86,7 +86,7 @@ func TestRedisLimitersShareTheCap(t *testing.T) {
 func TestRedisWaiterWokenByNotification(t *testing.T) {
 	addr := sharedRedis(t)
 	prefix := uniquePrefix(t)
-	slow := Config{Prefix: prefix, LeaseTTL: 10 * time.Minute, RecheckEvery: 10 * time.Minute}
+	slow := Config{Prefix: prefix, LeaseTTL: time.Hour, RecheckEvery: 10 * time.Minute}
 	holderCfg, waiterCfg := slow, slow
 	holderCfg.Client, waiterCfg.Client = newClient(t, addr), newClient(t, addr)
 	holder, waiter := newLimiter(t, holderCfg), newLimiter(t, waiterCfg)
@@ -170,7 +170,8 @@ func TestRedisCrashedProcessSlotsExpire(t *testing.T) {
 	prefix := uniquePrefix(t)
 	const ttl = time.Second
 	dead := newLimiter(t, Config{Client: newClient(t, addr), Prefix: prefix, LeaseTTL: ttl})
-	live := newLimiter(t, Config{Client: newClient(t, addr), Prefix: prefix, LeaseTTL: ttl, RecheckEvery: 10 * time.Minute})
+	// Its own LeaseTTL is long enough for a re-check this rare (see Config.RecheckEvery).
+	live := newLimiter(t, Config{Client: newClient(t, addr), Prefix: prefix, LeaseTTL: time.Hour, RecheckEvery: 10 * time.Minute})
 	mustAcquire(t, dead, "acme", 2)
 	mustAcquire(t, dead, "acme", 2)
 	crash(dead)
@@ -483,6 +484,12 @@ func TestRedisNewRejectsBadConfig(t *testing.T) {
 		"unknown mode":      {Client: rdb, Mode: 7},
 		"TTL below a tick":  {Client: rdb, LeaseTTL: time.Millisecond},
 		"negative recheck:": {Client: rdb, RecheckEvery: -time.Second},
+		// A probe a second after a failed renewal comes after the lease's
+		// validity (900ms after the renewal before it, at 333ms) has ended.
+		"recheck too long for the lease": {Client: rdb, LeaseTTL: time.Second, RecheckEvery: time.Second},
+		// 333ms + 250ms + 320ms is just past the 900ms.
+		"recheck just too long":        {Client: rdb, LeaseTTL: time.Second, RecheckEvery: 320 * time.Millisecond},
+		"recheck of the default lease": {Client: rdb, RecheckEvery: 10 * time.Minute},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
@@ -498,6 +505,22 @@ func TestRedisNewRejectsBadConfig(t *testing.T) {
 		c.OpTimeout != 500*time.Millisecond || c.RecheckEvery != time.Second || c.Mode != FailOpen || c.ProcessID == "" {
 		t.Errorf("defaults = %+v", c)
 	}
+	// The same condition's accepted side, and a default RecheckEvery that
+	// a short lease leaves room for.
+	for _, cfg := range []Config{
+		{Client: rdb, LeaseTTL: time.Second, RecheckEvery: 300 * time.Millisecond},
+		{Client: rdb, LeaseTTL: time.Second},
+	} {
+		l, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New(LeaseTTL %v, RecheckEvery %v): %v", cfg.LeaseTTL, cfg.RecheckEvery, err)
+		}
+		c := l.cfg
+		l.Close()
+		if c.RenewEvery+c.OpTimeout+c.RecheckEvery >= l.validity || c.RecheckEvery <= 0 {
+			t.Errorf("LeaseTTL %v: RecheckEvery %v leaves a lease to lapse while degraded (validity %v)", c.LeaseTTL, c.RecheckEvery, l.validity)
+		}
+	}
 }
 
 // TestRedisStaleWaiterMarkDoesNotStall: the mark that tells new requests to
@@ -507,7 +530,7 @@ func TestRedisNewRejectsBadConfig(t *testing.T) {
 func TestRedisStaleWaiterMarkDoesNotStall(t *testing.T) {
 	addr := sharedRedis(t)
 	prefix := uniquePrefix(t)
-	cfg := Config{Prefix: prefix, RecheckEvery: 10 * time.Minute}
+	cfg := Config{Prefix: prefix, LeaseTTL: time.Hour, OpTimeout: testOpTimeout, RecheckEvery: 10 * time.Minute}
 	cfg.Client = newClient(t, addr)
 	a := newLimiter(t, cfg)
 	cfg.Client = newClient(t, addr)
@@ -540,7 +563,7 @@ func TestRedisStaleWaiterMarkDoesNotStall(t *testing.T) {
 func TestRedisBusyProcessDoesNotStarveOthers(t *testing.T) {
 	addr := sharedRedis(t)
 	prefix := uniquePrefix(t)
-	cfg := Config{Prefix: prefix, RecheckEvery: 10 * time.Minute}
+	cfg := Config{Prefix: prefix, LeaseTTL: time.Hour, OpTimeout: testOpTimeout, RecheckEvery: 10 * time.Minute}
 	cfg.Client = newClient(t, addr)
 	busy := newLimiter(t, cfg)
 	cfg.Client = newClient(t, addr)
