@@ -43,7 +43,8 @@ import (
 //     tenant slot.
 //   - Reservations: g.reservedFree is Σ max(0, t.reserved-t.inUse), and no
 //     grant to a tenant at or over its reservation leaves fewer free units.
-//   - MaxWait counts from arrival and bounds only the time spent in capQ.
+//   - MaxWait counts from arrival and bounds only the time spent in capQ
+//     and asking the cluster: the cluster is asked for what is left of it.
 //   - One exit: a waiter leaves through leaveLocked, which counts its outcome
 //     once, hands its lease to its permit or releases it, and gives back a
 //     grant that raced its caller's cancellation. g.waiting (and its class's
