@@ -159,6 +159,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		now = g.nowLocked()
 	}
 	w := newWaiter(l, now)
+	if isRunnerRequest(ctx) {
+		w.deadline = 0 // the Runner bounds its own waits, also after a cut sends w back to capQ
+	}
 	switch {
 	case withinLimit && g.cfg.Cluster != nil:
 		w.stage, w.promoted = stageCluster, now
@@ -172,9 +175,6 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	default:
 		d.Position = l.globalQ.n + l.capQ.n + 1
 		w.stage = stageCap
-		if isRunnerRequest(ctx) {
-			w.deadline = 0 // the Runner bounds its own waits
-		}
 		l.capQ.pushBack(&w.qlink)
 	}
 	g.waiting++
