@@ -117,6 +117,13 @@ func (l *Limiter) reconcile() {
 // started before it does (calls never overlap). A failure marks the limiter
 // degraded; the error is returned.
 func (l *Limiter) background(f func(ctx context.Context) error) error {
+	// After Close, maintain's select may still pick another case while the
+	// call Close interrupted runs on: that is no failure of Redis.
+	select {
+	case <-l.done:
+		return ErrClosed
+	default:
+	}
 	if !l.bgBusy.CompareAndSwap(false, true) {
 		err := fmt.Errorf("the previous call is still running: %w", errTimedOut)
 		l.noteFailure(err)
