@@ -43,7 +43,8 @@ import (
 //     tenant slot.
 //   - Reservations: g.reservedFree is Σ max(0, t.reserved-t.inUse), and no
 //     grant to a tenant at or over its reservation leaves fewer free units.
-//   - MaxWait counts from arrival and bounds only the time spent in capQ.
+//   - MaxWait counts from arrival and bounds only the time spent in capQ
+//     and asking the cluster: the cluster is asked for what is left of it.
 //   - One exit: a waiter leaves through leaveLocked, which counts its outcome
 //     once, hands its lease to its permit or releases it, and gives back a
 //     grant that raced its caller's cancellation. g.waiting (and its class's
@@ -158,6 +159,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		now = g.nowLocked()
 	}
 	w := newWaiter(l, now)
+	if isRunnerRequest(ctx) {
+		w.deadline = 0 // the Runner bounds its own waits, also after a cut sends w back to capQ
+	}
 	switch {
 	case withinLimit && g.cfg.Cluster != nil:
 		w.stage, w.promoted = stageCluster, now
@@ -171,9 +175,6 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	default:
 		d.Position = l.globalQ.n + l.capQ.n + 1
 		w.stage = stageCap
-		if isRunnerRequest(ctx) {
-			w.deadline = 0 // the Runner bounds its own waits
-		}
 		l.capQ.pushBack(&w.qlink)
 	}
 	g.waiting++

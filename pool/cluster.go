@@ -44,8 +44,9 @@ type revocable interface {
 	Revoked() <-chan struct{}
 }
 
-// clusterWait is how long a request of lane l may wait for a cluster slot:
-// its plan's (or class's) queue policy applied across processes.
+// clusterWait is how long a request of lane l may wait for a cluster slot
+// when it waited for nothing before: its plan's (or class's) queue policy
+// applied across processes.
 func clusterWait(l *lane) time.Duration {
 	maxWaiting, maxWait := l.policy()
 	switch {
@@ -70,6 +71,13 @@ func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireE
 	// round trip per request).
 	limit, maxWait := t.cap, clusterWait(l)
 	start := g.nowLocked()
+	rejectOnly := maxWait == 0 // the plan queues nothing: a full cluster rejects
+	if maxWait > 0 && w.deadline != 0 {
+		// MaxWait counts from arrival: the time w waited for its local
+		// slot is not waited again. Past its deadline (promoted before its
+		// timer fired) it takes a free cluster slot but waits for none.
+		maxWait = max(0, time.Duration(w.deadline-start))
+	}
 	closed := g.closed
 	g.mu.Unlock()
 
@@ -99,7 +107,7 @@ func (g *Gate) askClusterLocked(ctx context.Context, w *waiter, d *TraceAcquireE
 		g.failLocked(w, ctxOutcome(ctxErr), ctxErr)
 	case errors.Is(err, ErrOverLimit):
 		o := TimedOut
-		if maxWait == 0 {
+		if rejectOnly {
 			o = Rejected
 		}
 		g.failLocked(w, o, g.overLimitLocked(l, now-w.enqueued))

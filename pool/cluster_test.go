@@ -229,3 +229,71 @@ func TestClusterLeaseReturnedOnEveryPath(t *testing.T) {
 		}
 	}
 }
+
+// waitRecordingCluster is a memCluster that tells waits the maxWait of
+// every AcquireSlot call.
+type waitRecordingCluster struct {
+	*memCluster
+	waits chan time.Duration
+}
+
+func (c *waitRecordingCluster) AcquireSlot(ctx context.Context, tenant string, limit int, maxWait time.Duration) (ClusterLease, error) {
+	c.waits <- maxWait
+	return c.memCluster.AcquireSlot(ctx, tenant, limit, maxWait)
+}
+
+func TestClusterWaitIsWhatIsLeftOfMaxWait(t *testing.T) {
+	// MaxWait counts from arrival for the whole wait for the tenant's cap: a
+	// request that waited for a local slot asks the cluster for what is left
+	// of it, not for a second MaxWait.
+	rc := &waitRecordingCluster{memCluster: newMemCluster(), waits: make(chan time.Duration, 4)}
+	g, clock := newTestGate(t, Config{Capacity: 4, Cluster: rc, Plans: map[string]Plan{"p": {MaxConns: 1, MaxWaiting: 1, MaxWait: time.Hour}}})
+	first := acquire(t, g, "a")
+	if w := recvErr(t, rc.waits); w != time.Hour {
+		t.Fatalf("a request that waited nothing asked the cluster for %v, want the whole MaxWait", w)
+	}
+	done := make(chan error, 1)
+	go func() {
+		p, err := g.Acquire(context.Background(), "a")
+		p.Release()
+		done <- err
+	}()
+	waitUntil(t, "a second request waits for a's cap", func() bool { return g.Stat().Waiting == 1 })
+	clock.advance(40 * time.Minute)
+	first.Release() // promotes the second request to the cluster stage
+	if w := recvErr(t, rc.waits); w > 20*time.Minute {
+		t.Fatalf("after 40m of its 1h MaxWait in the queue, the request asked the cluster for %v", w)
+	}
+	if err := recvErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterWaitPastMaxWaitTimesOut(t *testing.T) {
+	// A request promoted after its MaxWait passed (its timer had not fired
+	// yet) takes a free cluster slot, but waits for none: a full cluster
+	// times it out, not rejects it.
+	rc := &waitRecordingCluster{memCluster: newMemCluster(), waits: make(chan time.Duration, 4)}
+	g, clock := newTestGate(t, Config{Capacity: 4, Cluster: rc, Plans: map[string]Plan{"p": {MaxConns: 1, MaxWaiting: 1, MaxWait: time.Hour}}})
+	first := acquire(t, g, "a")
+	recvErr(t, rc.waits)
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(context.Background(), "a"); done <- err }()
+	waitUntil(t, "a second request waits for a's cap", func() bool { return g.Stat().Waiting == 1 })
+	clock.advance(2 * time.Hour)
+	rc.mu.Lock()
+	rc.held["a"]++ // another process takes a's only cluster slot as first leaves
+	rc.mu.Unlock()
+	first.Release()
+	if w := recvErr(t, rc.waits); w != 0 {
+		t.Fatalf("a request past its MaxWait asked the cluster to wait %v", w)
+	}
+	err := recvErr(t, done)
+	var ole *OverLimitError
+	if !errors.As(err, &ole) {
+		t.Fatalf("err = %v, want an *OverLimitError", err)
+	}
+	if s, _ := g.TenantStat("a"); s.TimedOut != 1 || s.Rejected != 0 {
+		t.Fatalf("TimedOut = %d, Rejected = %d; want the request timed out", s.TimedOut, s.Rejected)
+	}
+}

@@ -30,8 +30,10 @@ type Plan struct {
 
 	// MaxWait is how long a request may wait for a slot under the tenant's own
 	// cap before it is rejected with an *OverLimitError. Default 0: only the
-	// caller's context bounds the wait. It does not bound the wait for global
-	// capacity, which only the context bounds.
+	// caller's context bounds the wait. With Config.Cluster it bounds the wait
+	// for the local and the cluster-wide slot together, counted from arrival.
+	// It does not bound the wait for global capacity, which only the context
+	// bounds.
 	MaxWait time.Duration
 
 	// Weight is the plan's share of contended global capacity: when requests of

@@ -15,7 +15,7 @@ type waiter struct {
 	outcome     Outcome       // guarded by Gate.mu: set when failed
 	err         error         // guarded by Gate.mu: set when failed
 	enqueued    int64         // clock when it began to wait
-	deadline    int64         // enqueued + the plan's (or class's) MaxWait, 0 without one
+	deadline    int64         // enqueued + the plan's (or class's) MaxWait, 0 without one or for a Runner's request
 	expired     bool          // guarded by Gate.mu: deadline passed while it waited for global capacity
 	promoted    int64         // guarded by Gate.mu: clock when it got a tenant slot
 	done        int64         // guarded by Gate.mu: clock when it was granted or failed

@@ -73,7 +73,7 @@ func (c Conn) Hijack() *pgx.Conn {
 	if !c.ref.end() {
 		panic("tenantdb: Hijack of a released Conn")
 	}
-	c.h.guard.stop()
+	c.h.guard.stopKeeping()
 	conn := c.h.conn.Hijack()
 	c.h.permit.Release()
 	c.h.db.done() // the connection stays counted in the budget until it is closed

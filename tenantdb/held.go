@@ -62,7 +62,8 @@ func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
 // release stops the guard, returns the connection and then the slot, and
 // makes *err (if err is not nil) match ErrRevoked when a revocation stopped
 // the work: in that order, so that a CancelRequest in flight cannot reach
-// the connection's next user. It is idempotent, and does nothing for the
+// the connection's next user (a connection one was sent to is closed, and
+// pgxpool destroys it). It is idempotent, and does nothing for the
 // zero held. pgxpool destroys a connection returned busy or inside a
 // transaction, as after a panic in the middle of a statement.
 func (h *held) release(err *error) {

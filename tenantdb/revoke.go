@@ -26,6 +26,10 @@ var ErrRevoked = errors.New("tenantdb: the tenant's cluster slot was revoked")
 // cancelRequestTimeout bounds the CancelRequest sent on revocation.
 const cancelRequestTimeout = 5 * time.Second
 
+// closeCancelledTimeout bounds the close of a connection a revocation's
+// CancelRequest was sent to.
+const closeCancelledTimeout = time.Second
+
 // revokeGuard stops the work of one admission when its cluster lease is
 // revoked: it asks PostgreSQL to cancel the statement running on the
 // admission's connection (closing the socket alone would leave the backend
@@ -40,6 +44,7 @@ type revokeGuard struct {
 	conn       *pgconn.PgConn // guarded by mu: the admission's connection, nil once detached
 	revoked    bool           // guarded by mu
 	cancelling chan struct{}  // guarded by mu: closed when the CancelRequest is done; nil if none
+	cancelled  *pgconn.PgConn // guarded by mu: the connection the CancelRequest was sent to
 }
 
 // guardRevocation returns ctx, cancelled with ErrRevoked when permit's
@@ -68,7 +73,7 @@ func (g *revokeGuard) watch(rev <-chan struct{}) {
 	var done chan struct{}
 	if conn != nil {
 		done = make(chan struct{})
-		g.cancelling = done
+		g.cancelling, g.cancelled = done, conn
 	}
 	g.mu.Unlock()
 	if conn != nil {
@@ -91,9 +96,18 @@ func (g *revokeGuard) attach(c *pgxpool.Conn) {
 }
 
 // stop ends the guard before its connection goes back to the pool: it waits
-// for a CancelRequest in flight, which must not reach the statement of the
-// connection's next user. It is idempotent.
-func (g *revokeGuard) stop() {
+// for a CancelRequest in flight, then closes the connection it was sent to,
+// so that pgxpool destroys it. PostgreSQL may act on a cancel after
+// CancelRequest returned (pgx does not report one the server never
+// acknowledged), and it must not reach the statement of the connection's
+// next user. It is idempotent.
+func (g *revokeGuard) stop() { g.end(true) }
+
+// stopKeeping is stop for a connection that leaves the pool (Hijack): it
+// stays open, as its new owner is the revoked admission's caller.
+func (g *revokeGuard) stopKeeping() { g.end(false) }
+
+func (g *revokeGuard) end(closeCancelled bool) {
 	if g == nil {
 		return
 	}
@@ -101,10 +115,15 @@ func (g *revokeGuard) stop() {
 		close(g.stopc)
 		g.mu.Lock()
 		g.conn = nil
-		done := g.cancelling
+		done, cancelled := g.cancelling, g.cancelled
 		g.mu.Unlock()
 		if done != nil {
 			<-done
+		}
+		if cancelled != nil && closeCancelled && !cancelled.IsClosed() {
+			ctx, cancel := context.WithTimeout(context.Background(), closeCancelledTimeout)
+			_ = cancelled.Close(ctx)
+			cancel()
 		}
 		g.cancel(context.Canceled)
 	})

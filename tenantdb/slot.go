@@ -88,9 +88,9 @@ func (s *Slot) ResetFailed() bool {
 func (s *Slot) Revoked() bool { return s.g.isRevoked() }
 
 // Detach stops watching the attached connection, waiting for a
-// CancelRequest in flight: call it before the connection goes back to the
-// shared pool, so that no cancellation reaches its next user. It is
-// idempotent.
+// CancelRequest in flight and closing the connection it was sent to: call it
+// before the connection goes back to the shared pool (which destroys a closed
+// one), so that no cancellation reaches its next user. It is idempotent.
 func (s *Slot) Detach() { s.g.stop() }
 
 // Release detaches the connection, if not done yet, and returns the slot to

@@ -75,13 +75,15 @@ type Config struct {
 	// RecheckEvery is how long a waiting request sleeps at most without a
 	// notification before it asks again (notifications can be lost with a
 	// connection; slots freed by expiry are never announced), and how often
-	// a degraded limiter probes Redis. A degraded limiter renews nothing
-	// until a probe succeeds, so after a renewal failed (up to OpTimeout
-	// after it was due) the next probe must come while the held leases are
-	// still valid: RenewEvery+OpTimeout+RecheckEvery must be less than
-	// LeaseTTL less a safety margin (a tenth of LeaseTTL at most), else New
-	// refuses the Config. Default 1 second, or half the room that rule
-	// leaves when that is less.
+	// a degraded limiter probes Redis at most. A degraded limiter renews
+	// nothing until a probe succeeds; while it holds leases it probes more
+	// often, at least every quarter of the time left on the soonest, so that
+	// the leases are renewed soon after Redis answers again. The first probe
+	// after a failed renewal (up to OpTimeout after it was due) must come
+	// while the held leases are still valid: RenewEvery+OpTimeout+RecheckEvery
+	// must be less than LeaseTTL less a safety margin (a tenth of LeaseTTL at
+	// most), else New refuses the Config. Default 1 second, or half the room
+	// that rule leaves when that is less.
 	RecheckEvery time.Duration
 
 	// Mode says what to do when Redis cannot be asked. Default FailOpen.

@@ -72,7 +72,10 @@
 // READONLY (a replica, during a failover), script errors, cluster errors,
 // writes the replicas did not confirm (Config.MinReplicas).
 //
-// Recovery is a reconcile, every RecheckEvery while degraded: a probe that
+// Recovery is a reconcile, tried every RecheckEvery while degraded, and more
+// often while leases are held (at least every quarter of the time left
+// before the soonest one's validity ends), so that a Redis that answers
+// again renews them before they lapse: a probe that
 // writes (PING would succeed under OOM and make the limiter flap), then the
 // renewal of the leases still held and the assertion in Redis of the
 // fail-open grants still held, then the flush of releases; only then is the

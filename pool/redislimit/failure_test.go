@@ -223,3 +223,42 @@ func TestRedisReleasedChannelUnsubscribedAfterReconnect(t *testing.T) {
 		return !subscribed()
 	})
 }
+
+// TestRedisRestartWithoutPersistenceCountsLostLeases restarts a Redis that
+// keeps no data across restarts while two FailOpen processes each hold one
+// slot of a cap of 2, and a third takes the cap on the empty Redis. What
+// docs/cluster.md says the operator sees: each holder's next renewal finds
+// its lease gone, counts it in LostLeases and puts it back under a new
+// member, so Redis holds 4 leases for a cap of 2 until the requests end.
+func TestRedisRestartWithoutPersistenceCountsLostLeases(t *testing.T) {
+	r := tenantdbtest.StartRedis(t, tenantdbtest.WithRedisArgs("--save", "", "--appendonly", "no"))
+	prefix := uniquePrefix(t)
+	ctx := context.Background()
+	cfg := func() Config {
+		// LeaseTTL 30s: no renewal (every 10s) runs before the third
+		// process has taken the cap on the restarted Redis.
+		return Config{Client: newClient(t, r.Addr), Prefix: prefix, LeaseTTL: 30 * time.Second,
+			OpTimeout: testOpTimeout, RecheckEvery: 100 * time.Millisecond}
+	}
+	a, b := newLimiter(t, cfg()), newLimiter(t, cfg())
+	for _, l := range []*Limiter{a, b} {
+		defer mustAcquire(t, l, "acme", 2).Release()
+	}
+	if err := r.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newLimiter(t, cfg())
+	for range 2 {
+		defer mustAcquire(t, c, "acme", 2).Release()
+	}
+	for name, l := range map[string]*Limiter{"a": a, "b": b} {
+		eventually(t, time.Minute, name+" finds its lease lost and puts it back", func() bool {
+			st := l.Stats()
+			return st.LostLeases == 1 && st.Held == 1 && st.LocalHeld == 0
+		})
+		t.Logf("%s: %+v", name, l.Stats())
+	}
+	if n, err := c.InUse(ctx, "acme"); n != 4 || err != nil {
+		t.Errorf("InUse = %d, %v; want 4 for a cap of 2 until the requests end", n, err)
+	}
+}

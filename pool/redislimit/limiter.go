@@ -41,7 +41,7 @@ type Limiter struct {
 
 	healthy atomic.Bool   // false while degraded
 	seq     atomic.Uint64 // lease members
-	bgBusy  atomic.Bool   // a background call is still running (see bounded)
+	bgBusy  atomic.Bool   // a background call is still running (see background)
 	c       counters
 
 	kick   chan struct{}      // wakes maintain
@@ -161,6 +161,7 @@ func (l *Limiter) noteFailure(err error) {
 	l.c.byKind[kind].Add(1)
 	if l.healthy.CompareAndSwap(true, false) {
 		l.c.degradations.Add(1)
+		l.kickMaintenance() // to schedule its first attempt to reconcile
 		level, msg := slog.LevelWarn, "redislimit: redis unavailable; requests follow the failure mode until a probe succeeds"
 		switch kind {
 		case ErrorScript:

@@ -610,3 +610,57 @@ func TestRedisBusyProcessDoesNotStarveOthers(t *testing.T) {
 	}
 	s.Release()
 }
+
+// slowPipelines is a client hook that answers every pipeline with an error
+// after d, whatever its context says, telling started when one begins: a
+// client without ContextTimeoutEnabled waiting on a slow Redis. No
+// connection is made.
+type slowPipelines struct {
+	d       time.Duration
+	started chan struct{}
+}
+
+func (slowPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (slowPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h slowPipelines) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(_ context.Context, cmds []redis.Cmder) error {
+		select {
+		case h.started <- struct{}{}:
+		default:
+		}
+		time.Sleep(h.d)
+		err := errors.New("slowPipelines: no answer")
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+
+// TestRedisCloseDuringFlushIsNoFailure closes limiters while a flush is in
+// flight and another is due. The call Close interrupts runs on; maintain
+// must not then start the next one and count "the previous call is still
+// running" as a failure of Redis (a degradation and its warning, logged by
+// Close): the select in maintain picks at random among the ready cases.
+func TestRedisCloseDuringFlushIsNoFailure(t *testing.T) {
+	for i := range 20 {
+		h := slowPipelines{d: 50 * time.Millisecond, started: make(chan struct{}, 1)}
+		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+		rdb.AddHook(h)
+		l := newLimiter(t, Config{Client: rdb, LeaseTTL: time.Minute, OpTimeout: time.Second})
+		l.mu.Lock()
+		a, b := l.newLease("acme", l.newMember()), l.newLease("acme", l.newMember())
+		l.holdLocked(a, time.Now())
+		l.holdLocked(b, time.Now())
+		l.mu.Unlock()
+		a.Release() // kicks a flush
+		<-h.started
+		b.Release() // kicks the next
+		l.Close()
+		_ = rdb.Close()
+		if st := l.Stats(); st.Degradations != 0 || st.Errors != 0 {
+			t.Fatalf("limiter %d: closed during a flush: %d degradations, %d errors; want none", i, st.Degradations, st.Errors)
+		}
+	}
+}

@@ -7,18 +7,21 @@ import (
 )
 
 // maintain is the background goroutine that keeps held leases alive and
-// removes released ones from Redis, and while degraded probes Redis. Doing
-// all three in one goroutine keeps the I/O off the request path and makes
-// renewals and flushes never overlap. Each call is bounded by OpTimeout on
-// this side (see bounded), whatever the client's own timeouts.
+// removes released ones from Redis, and while degraded tries to reconcile.
+// Doing all three in one goroutine keeps the I/O off the request path and
+// makes renewals and flushes never overlap. Each call is bounded by
+// OpTimeout on this side (see background), whatever the client's own timeouts.
 func (l *Limiter) maintain() {
 	defer l.wg.Done()
 	renew := time.NewTicker(l.cfg.RenewEvery)
 	defer renew.Stop()
-	probe := time.NewTicker(l.cfg.RecheckEvery)
-	defer probe.Stop()
+	recheck := time.NewTimer(l.cfg.RecheckEvery)
+	defer recheck.Stop()
+	next := time.Now().Add(l.cfg.RecheckEvery) // when recheck fires
 	checkedEviction := false
+	wasHealthy := true
 	for {
+		fired := false
 		select {
 		case <-l.done:
 			return
@@ -40,7 +43,8 @@ func (l *Limiter) maintain() {
 					}()
 				}
 			}
-		case <-probe.C:
+		case <-recheck.C:
+			fired = true
 			switch {
 			case !l.healthy.Load():
 				l.reconcile()
@@ -48,7 +52,41 @@ func (l *Limiter) maintain() {
 				l.background(l.flush) // releases that failed earlier
 			}
 		}
+		// Healthy, recheck fires every RecheckEvery. Degraded, no later
+		// than retryDelay after the last attempt or the failure.
+		healthy := l.healthy.Load()
+		if fired || (wasHealthy && !healthy) {
+			now := time.Now()
+			d := l.cfg.RecheckEvery
+			if !healthy {
+				d = l.retryDelay(now)
+			}
+			if fired || now.Add(d).Before(next) {
+				next = now.Add(d)
+				recheck.Reset(d)
+			}
+		}
+		wasHealthy = healthy
 	}
+}
+
+// retryDelay is how long after now a degraded limiter tries to reconcile
+// again: RecheckEvery, but no more than a quarter of the time left before
+// the soonest held lease's validity ends, so that when Redis answers again
+// the leases are renewed before they lapse, not revoked at the next
+// RecheckEvery. The attempts thus come more often as the validity runs out,
+// a few dozen at most before it ends (each lasts up to OpTimeout); after it
+// ends no lease is held and they come every RecheckEvery again.
+func (l *Limiter) retryDelay(now time.Time) time.Duration {
+	d := l.cfg.RecheckEvery
+	l.mu.Lock()
+	for _, set := range l.held {
+		for s := range set {
+			d = min(d, s.validUntil.Sub(now)/4)
+		}
+	}
+	l.mu.Unlock()
+	return max(d, time.Millisecond)
 }
 
 // reconcile brings a degraded limiter back: it probes Redis with a write,
@@ -79,6 +117,13 @@ func (l *Limiter) reconcile() {
 // started before it does (calls never overlap). A failure marks the limiter
 // degraded; the error is returned.
 func (l *Limiter) background(f func(ctx context.Context) error) error {
+	// After Close, maintain's select may still pick another case while the
+	// call Close interrupted runs on: that is no failure of Redis.
+	select {
+	case <-l.done:
+		return ErrClosed
+	default:
+	}
 	if !l.bgBusy.CompareAndSwap(false, true) {
 		err := fmt.Errorf("the previous call is still running: %w", errTimedOut)
 		l.noteFailure(err)
