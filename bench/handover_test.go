@@ -36,7 +36,9 @@ const (
 // one tenant and on 1,000, in rounds that run every variant in turn
 // (rotated each round), and reports each variant's median over the rounds
 // and its ratio to pgxpool's median. ScopeTransaction needs
-// QueryExecModeExec, so pgxpool in that mode is measured too.
+// QueryExecModeExec, so pgxpool in that mode is measured too; pgxpool with
+// one more statement in each round trip is the floor of any reset that the
+// server runs.
 func BenchmarkTenantHandover(b *testing.B) {
 	ctx := context.Background()
 	type variant struct {
@@ -61,6 +63,15 @@ func BenchmarkTenantHandover(b *testing.B) {
 			return raw.QueryRow(ctx, "select $1::int", i%1000).Scan(&n)
 		}})
 	}
+	// The floor of any reset that the server runs: pgxpool with one more
+	// statement (the cheapest there is) in the same round trip.
+	floor := rawPool(pgx.QueryExecModeCacheStatement)
+	variants = append(variants, variant{"pgxpool + one statement", "pgxpool", func(i int64) error {
+		b := &pgx.Batch{}
+		b.Queue("select 1")
+		b.Queue("select $1::int", i%1000)
+		return floor.SendBatch(ctx, b).Close()
+	}})
 	sessions := []struct {
 		name    string
 		session tenantdb.Session

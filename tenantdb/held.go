@@ -87,9 +87,8 @@ const maxResends = 3
 // (see wireConn). It reports whether the statement must be sent again: the
 // reset failed, so the server skipped the statement, and h is ready again,
 // reset the slow way or on another connection. A reset fails when the
-// previous holder changed the prepared statements, or when its session made
-// the reset fail (its statement_timeout, a cancel its timeout left pending,
-// a server that ended the session). err is set when h cannot be readied;
+// previous holder's session made it fail (its statement_timeout, a cancel
+// its timeout left pending, a server that ended the session). err is set when h cannot be readied;
 // the call fails with it.
 func (p *Pool) resend(ctx context.Context, h *held, attempt int) (bool, error) {
 	failure := wireOf(h.conn.Conn().PgConn().Conn()).settle(ctx)
@@ -132,8 +131,12 @@ func (p *Pool) recover(ctx context.Context, h *held, attempt int, failure error)
 
 // sendReset sends the reset armed on h's connection at once, in a round
 // trip of its own, for a Conn whose statements may bypass tenantdb
-// (Conn.Conn). ctx governs the round trip.
+// (Conn.Conn). ctx governs the round trip. The owner's values alone go with
+// the Conn's first write instead, whichever way it goes (see armValues).
 func (p *Pool) sendReset(ctx context.Context, h *held) error {
+	if wireOf(h.conn.Conn().PgConn().Conn()).armedValuesOnly() {
+		return nil
+	}
 	for attempt := 0; ; attempt++ {
 		failure := wireOf(h.conn.Conn().PgConn().Conn()).send(ctx)
 		if failure == nil {

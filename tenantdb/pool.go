@@ -21,14 +21,14 @@ import (
 // A shared connection passes from one tenant to another (or to work on no
 // tenant's behalf) only in a pristine session: before a statement runs on a
 // connection last held by another tenant, everything the previous holder
-// could leave in its session is undone, as PostgreSQL's DISCARD ALL does
+// could leave in its session is undone with PostgreSQL's DISCARD ALL
 // (settings, SET ROLE and SET SESSION AUTHORIZATION, temporary tables,
-// cursors, prepared statements made by SQL, LISTEN, session advisory
-// locks). The reset travels in the round trip of the statement after it (on
-// Exec with arguments, Query, QueryRow, SendBatch, Begin); Exec without
-// arguments, CopyFrom and Acquire send it in a round trip of its own. pgx's
-// own prepared statements are kept once the reset has checked that the
-// previous holder did not change them. A connection that stays with its
+// cursors, prepared statements, LISTEN, session advisory locks). The reset
+// travels in the round trip of the statement after it (on Exec with
+// arguments, Query, QueryRow, SendBatch, Begin); Exec without arguments,
+// CopyFrom and Acquire send it in a round trip of its own. pgx's prepared
+// statements are re-created from pgx's own messages in the round trip of
+// their next use. A connection that stays with its
 // tenant is not reset: what a tenant leaves in its own session it meets
 // again, as on a connection of its own.
 type Pool struct {

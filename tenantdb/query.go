@@ -273,8 +273,8 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 // freshBatch copies b, with its transaction options, for sending again:
-// pgx keeps in each queued query the statement it was sent as, which the
-// slow reset deallocated.
+// pgx keeps in each queued query the statement description it was sent
+// with, which the failed statement may have invalidated.
 func freshBatch(b *pgx.Batch) *pgx.Batch {
 	fresh := *b
 	fresh.QueuedQueries = make([]*pgx.QueuedQuery, len(b.QueuedQueries))

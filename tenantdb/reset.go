@@ -2,55 +2,21 @@ package tenantdb
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// resetStatements undo everything a session can carry from one holder to
-// the next, as DISCARD ALL does (PgBouncer's default server_reset_query):
-// cursors, the role and session authorization, every setting, LISTEN,
-// session advisory locks, temporary tables and views, sequence state.
-// Prepared statements are checked or deallocated apart (see
-// statementsCheck). DISCARD PLANS is left out: a cached plan holds no
-// tenant's data, and PostgreSQL plans a statement again when the role, row
-// security or search_path it was planned under changes.
-var resetStatements = []string{
-	"close all",
-	"set session authorization default",
-	"reset all",
-	"unlisten *",
-	"select pg_catalog.pg_advisory_unlock_all()",
-	"discard temp",
-	"discard sequences",
-}
-
-// statementsCheck is the first statement of a reset. pgx keeps the
-// statements it prepared from the application's SQL across a change of
-// tenant (they hold no tenant's data, and preparing them again would cost a
-// round trip each), so the reset proves that the server holds exactly those:
-// named is how many pgx prepared and did not close, as counted on the wire.
-// A holder's SQL can only add statements with PREPARE (from_sql, and
-// possibly under one of pgx's names, to make the next tenant's pgx run its
-// SQL) or drop some with DEALLOCATE or DISCARD ALL; either fails the check,
-// the server skips the statement sent after it, and the connection is reset
-// the slow way (slowReset). Statements pgx did not name through its cache
-// fail it too. When pgx holds none, there is nothing to keep: every
-// statement goes. It runs in the previous holder's session, so every name
-// in it is qualified with pg_catalog: a temporary view (pg_temp comes before
-// pg_catalog for relations) or a function or operator in a schema that its
-// search_path puts first must not answer for the catalog's.
-func statementsCheck(named int) string {
-	if named == 0 {
-		return "deallocate all"
-	}
-	n := strconv.Itoa(named)
-	return "select case when pg_catalog.count(*) operator(pg_catalog.=) " + n +
-		" and pg_catalog.count(*) filter (where from_sql or pg_catalog.left(name, 10) operator(pg_catalog.<>) 'stmtcache_')" +
-		" operator(pg_catalog.=) 0 then 0 else pg_catalog.format('tenantdb: %s prepared statements, %s of them by SQL, where pgx prepared " + n + "'," +
-		" pg_catalog.count(*), pg_catalog.count(*) filter (where from_sql))::int end from pg_catalog.pg_prepared_statement()"
-}
+// resetStatement undoes everything a session can carry from one holder to
+// the next: cursors, the role and session authorization, every setting,
+// LISTEN, session advisory locks, temporary tables and views, sequence
+// state, cached plans and every prepared statement (PgBouncer's default
+// server_reset_query). Sent first after a Sync, it commits at once (the
+// server refuses it inside a transaction or behind another statement of the
+// same pipeline). The statements pgx prepared are re-created by the wire on
+// their next use, from pgx's own messages (see statements.go), so none that
+// a holder's SQL prepared, or replaced under one of pgx's names, survives.
+const resetStatement = "discard all"
 
 // encodeStatements encodes statements as extended-protocol messages on the
 // unnamed statement, without a Sync, and returns how many there are.
@@ -70,15 +36,24 @@ func encodeStatements(statements []string) ([]byte, int) {
 // simple-protocol query (see wireConn). A connection last held by another
 // tenant (or whose last reset never completed) is reset; a new one needs no
 // reset; one that stays with its tenant keeps its session, as a direct
-// connection of that tenant would, and gets values only.
+// connection of that tenant would, and gets its values again only when they
+// are not the ones the session was given.
 func readySession(conn *pgx.Conn, tenant, values string) {
 	w := wireOf(conn.PgConn().Conn())
-	owner, owned, used := w.state()
+	owner, owned, used, carried := w.state()
 	handover := used && (!owned || owner != tenant)
+	if !handover && owned && values == carried {
+		// The tenant's own session, set with these values: as on a
+		// connection of its own, what it changed there it meets again.
+		w.own(tenant)
+		return
+	}
 	var statements []string
 	if handover {
-		statements = append(statements, statementsCheck(w.namedStatements()))
-		statements = append(statements, resetStatements...)
+		if w.untrackedStatements() {
+			forgetStatements(conn)
+		}
+		statements = append(statements, resetStatement)
 		dropNotifications(conn)
 	}
 	if values != "" {
@@ -90,42 +65,45 @@ func readySession(conn *pgx.Conn, tenant, values string) {
 	}
 	msgs, n := encodeStatements(statements)
 	if handover || !owned {
-		w.arm(msgs, n, tenant)
+		w.arm(msgs, n, tenant, values, handover)
 	} else {
-		w.armValues(msgs, n, tenant)
+		w.armValues(msgs, n, tenant, values)
 	}
 }
 
-// slowReset resets conn for tenant in one round trip of its own, dropping
-// every prepared statement with pgx's caches, and then runs values (may be
-// empty): for a connection whose quick reset failed.
+// slowReset resets conn for tenant, and sets values (may be empty), in one
+// round trip of its own: for a connection whose quick reset failed, or that
+// is inside a transaction.
 func slowReset(ctx context.Context, conn *pgx.Conn, tenant, values string) error {
-	w := wireOf(conn.PgConn().Conn())
 	if conn.PgConn().TxStatus() != 'I' {
 		if _, err := conn.PgConn().Exec(ctx, "rollback").ReadAll(); err != nil {
 			return err
 		}
 	}
-	// DeallocateAll empties pgx's caches and, with a context that is
-	// already done, sends nothing: the statement goes with the reset.
+	w := wireOf(conn.PgConn().Conn())
+	if w.untrackedStatements() {
+		forgetStatements(conn)
+	}
+	statements := []string{resetStatement}
+	if values != "" {
+		statements = append(statements, values)
+	}
+	msgs, n := encodeStatements(statements)
+	w.arm(msgs, n, tenant, values, true)
+	if err := w.send(ctx); err != nil {
+		return err
+	}
+	dropNotifications(conn)
+	return nil
+}
+
+// forgetStatements empties pgx's statement caches without a word to the
+// server: pgx prepares each statement again on its next use. A context that
+// is already done makes DeallocateAll send nothing.
+func forgetStatements(conn *pgx.Conn) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = conn.DeallocateAll(done)
-	sql := "deallocate all"
-	for _, s := range resetStatements {
-		sql += "; " + s
-	}
-	if values != "" {
-		sql += "; " + values
-	}
-	w.arm(nil, 0, tenant)
-	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		return err
-	}
-	w.forgetStatements()
-	dropNotifications(conn)
-	w.own(tenant)
-	return nil
 }
 
 // dropNotifications discards the notifications pgx has buffered on conn for

@@ -33,6 +33,7 @@ type wireConn struct {
 
 	mu       sync.Mutex // guards the fields below, shared by readers and writers
 	prefix   []byte     // the armed reset, until it is written
+	discards bool       // the armed reset drops the server's prepared statements
 	awaiting bool       // the reset was written; its replies are not all read
 	execs    int        // replies of the reset's statements not yet read (CommandComplete)
 	synced   bool       // the reset carries its own Sync: read up to ReadyForQuery
@@ -43,18 +44,31 @@ type wireConn struct {
 	owner    string     // the tenant whose pristine session the connection holds
 	owned    bool       // owner is known: false for a new or unknown session
 	pending  string     // the owner once the armed reset succeeds
+	carried  string     // the values statement that set the owner's values on the session ("" for none)
+	pendingV string     // carried once the armed statements succeed
 	used     bool       // a holder has had the connection
-	named    int        // named statements pgx prepared and did not close
 	stale    bool       // the last reset failed or was rolled back and none succeeded since: no write goes out
 	skipped  bool       // the last reset failed in front of a statement, which the server skipped
 	undone   bool       // the watched transaction met an error or a ROLLBACK: the reset goes unless it commits
 
-	reading bool      // a reader owns rbuf and out (beginRead); guarded by mu
-	cond    sync.Cond // on mu: signalled when reading or awaiting ends
-	rbuf    []byte    // bytes read from Conn, not yet parsed; the reader's only
-	out     []byte    // parsed bytes for pgx; the reader's only
+	// pgx's named statements, which the wire re-creates after a reset (see
+	// statements.go), and the replies owed for what was written since.
+	stmts     map[string]*namedStatement
+	epoch     int     // counts the resets that dropped the server's statements
+	replies   []reply // from replyHead on: owed, oldest first
+	replyHead int
+	poisoned  error // a re-created statement's columns changed: its group's replies become this error
+	untracked bool  // a write could not be read: statements are not re-created until the next reset
+	startup   bool  // pgx's next message is the untyped startup message
+	scanLeft  int   // bytes of a message of pgx's that an earlier write began, still to come
 
-	wstate frontendScan // pgx's writes, for named statements; writers only
+	reading  bool      // a reader owns rbuf, out and the pass fields; guarded by mu
+	cond     sync.Cond // on mu: signalled when reading or awaiting ends
+	rbuf     []byte    // bytes read from Conn, not yet parsed, in rstore; the reader's only
+	rstore   []byte    // the buffer rbuf reads into; the reader's only
+	out      []byte    // parsed bytes for pgx; the reader's only
+	passLeft int       // bytes of a streamed message (rows, copy data) still to come; the reader's only
+	passDrop bool      // the streamed message is dropped; the reader's only
 }
 
 // wrapWire is the pgconn AfterNetConnect hook: it wraps conn, after TLS.
@@ -66,7 +80,7 @@ func wrapWire(own func(context.Context, *pgconn.Config, net.Conn) (net.Conn, err
 				return nil, err
 			}
 		}
-		w := &wireConn{Conn: conn, wstate: frontendScan{startup: true}}
+		w := &wireConn{Conn: conn, startup: true, stmts: map[string]*namedStatement{}}
 		w.cond.L = &w.mu
 		return w, nil
 	}
@@ -81,21 +95,25 @@ func wireOf(c net.Conn) *wireConn {
 var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confirmed by the server")
 
 // arm queues statements to run in front of the next write; execs is how many
-// there are. The session belongs to tenant once they succeed.
-func (w *wireConn) arm(msgs []byte, execs int, tenant string) {
+// there are, values is the statement among them that sets the tenant's
+// values ("" for none), and discards tells whether they drop the server's
+// prepared statements. The session belongs to tenant once they succeed.
+func (w *wireConn) arm(msgs []byte, execs int, tenant, values string, discards bool) {
 	w.mu.Lock()
-	w.prefix, w.execs, w.pending, w.owned, w.used = msgs, execs, tenant, false, true
+	w.prefix, w.execs, w.pending, w.owned, w.used, w.discards = msgs, execs, tenant, false, true, discards
+	w.pendingV = values
 	w.awaiting, w.synced, w.failed, w.values, w.riding = false, false, nil, false, false
 	w.stale, w.skipped, w.undone = false, false, false
 	w.mu.Unlock()
 }
 
 // armValues is arm for statements that only set again the values of the
-// tenant that owns the session. They may also go with a simple-protocol
-// query, with a Sync of their own in the same write: if they fail, the
-// query runs in that tenant's own session, and the next acquire resets it.
-func (w *wireConn) armValues(msgs []byte, execs int, tenant string) {
-	w.arm(msgs, execs, tenant)
+// tenant that owns the session. They go with the next write, whatever its
+// protocol, with a Sync of their own: they hold even if the statement after
+// them fails, and if they fail, the statement runs in that tenant's own
+// session, and the next acquire resets it.
+func (w *wireConn) armValues(msgs []byte, execs int, tenant, values string) {
+	w.arm(msgs, execs, tenant, values, false)
 	w.mu.Lock()
 	w.values = true
 	w.mu.Unlock()
@@ -108,15 +126,16 @@ func (w *wireConn) own(tenant string) {
 	w.mu.Unlock()
 }
 
-// state returns the owner of the session, whether it is known, and whether
-// any holder had the connection.
-func (w *wireConn) state() (owner string, owned, used bool) {
+// state returns the owner of the session, whether it is known, whether
+// any holder had the connection, and the values statement the session ran
+// for its owner.
+func (w *wireConn) state() (owner string, owned, used bool, carried string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.prefix != nil || w.awaiting || w.watch { // an earlier reset never completed
 		w.prefix, w.awaiting, w.watch, w.owned = nil, false, false, false
 	}
-	return w.owner, w.owned, w.used
+	return w.owner, w.owned, w.used, w.carried
 }
 
 // armed reports whether a reset waits for the next write.
@@ -126,18 +145,41 @@ func (w *wireConn) armed() bool {
 	return w.prefix != nil
 }
 
-// namedStatements is how many named statements pgx prepared and did not close.
-func (w *wireConn) namedStatements() int {
+// armedValuesOnly reports whether what waits for the next write only sets
+// the owner's values again, which go with any write (see armValues).
+func (w *wireConn) armedValuesOnly() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.named
+	return w.prefix != nil && w.values
 }
 
-// forgetStatements records that the server's prepared statements are gone.
-func (w *wireConn) forgetStatements() {
+// untrackedStatements reports whether the wire lost track of pgx's
+// statements and, if so, starts tracking them afresh: the caller empties
+// pgx's caches, so that pgx prepares each statement again itself.
+func (w *wireConn) untrackedStatements() bool {
 	w.mu.Lock()
-	w.named = 0
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if !w.untracked {
+		return false
+	}
+	w.untracked = false
+	clear(w.stmts)
+	return true
+}
+
+// sending takes the armed reset for a write: its replies are awaited from
+// now on, and the statements it drops are lost to the server. Called with mu
+// held; prefix is nil when nothing is armed.
+func (w *wireConn) sending(synced bool) (prefix []byte) {
+	prefix = w.prefix
+	if prefix == nil {
+		return nil
+	}
+	w.prefix, w.awaiting, w.synced = nil, true, synced
+	if w.discards {
+		w.epoch++
+	}
+	return prefix
 }
 
 // errStaleSession fails a write to a session whose reset failed: see
@@ -162,24 +204,28 @@ func (w *wireConn) isSkipped() bool {
 // after it by an adapter (tenantsql, on the same connection) or through
 // Pool.Pgxpool would otherwise run in that session.
 func (w *wireConn) Write(p []byte) (int, error) {
+	n := len(p)
 	w.mu.Lock()
 	if w.stale && (len(p) == 0 || p[0] != 'X') {
 		w.mu.Unlock()
 		return 0, errStaleSession
 	}
-	w.named += w.wstate.scan(p)
-	prefix := w.prefix
 	extended := len(p) > 0 && isExtended(p[0])
+	var prefix []byte
 	riding := false
-	if prefix != nil && (extended || len(p) == 0 || p[0] != 'X') {
-		riding = !extended && w.values
-		w.prefix, w.awaiting, w.synced, w.riding = nil, true, !extended, riding
-	} else if prefix != nil { // Terminate: nothing to reset
-		w.prefix, prefix = nil, nil
+	if w.prefix != nil && (extended || len(p) == 0 || p[0] != 'X') {
+		riding = w.values
+		prefix = w.sending(!extended || riding)
+		w.riding = riding
+	} else if w.prefix != nil { // Terminate: nothing to reset
+		w.prefix = nil
+	}
+	if prefix == nil || extended || riding {
+		p = w.trackWrite(p)
 	}
 	w.mu.Unlock()
 	if prefix == nil {
-		return w.Conn.Write(p)
+		return w.write(p, n)
 	}
 	if riding {
 		prefix, _ = (&pgproto3.Sync{}).Encode(append([]byte(nil), prefix...))
@@ -187,11 +233,21 @@ func (w *wireConn) Write(p []byte) (int, error) {
 		if err := w.flushAlone(prefix); err != nil {
 			return 0, err
 		}
-		return w.Conn.Write(p)
+		w.mu.Lock()
+		p = w.trackWrite(p)
+		w.mu.Unlock()
+		return w.write(p, n)
 	}
 	buf := make([]byte, 0, len(prefix)+len(p))
-	n, err := w.Conn.Write(append(append(buf, prefix...), p...))
-	return max(n-len(prefix), 0), err
+	return w.write(append(append(buf, prefix...), p...), n)
+}
+
+// write writes msgs, which stand for the n bytes pgx asked to write.
+func (w *wireConn) write(msgs []byte, n int) (int, error) {
+	if _, err := w.Conn.Write(msgs); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // isExtended reports whether a frontend message type is part of the extended
@@ -282,10 +338,7 @@ func (w *wireConn) fail(err error) {
 // reset.
 func (w *wireConn) Read(p []byte) (int, error) {
 	w.mu.Lock()
-	prefix := w.prefix
-	if prefix != nil { // a read before any write: the reset goes alone
-		w.prefix, w.awaiting, w.synced = nil, true, true
-	}
+	prefix := w.sending(true) // a read before any write: the reset goes alone
 	w.mu.Unlock()
 	if prefix != nil {
 		if err := w.flushAlone(prefix); err != nil {
@@ -303,56 +356,79 @@ func (w *wireConn) Read(p []byte) (int, error) {
 		}
 	}
 	n := copy(p, w.out)
-	w.out = w.out[n:]
+	if n == len(w.out) {
+		w.out = w.out[:0]
+	} else {
+		w.out = w.out[n:]
+	}
 	return n, nil
 }
 
-// step reads once from the connection and sorts whole messages: the reset's
-// replies are dropped (ParameterStatus goes to pgx, which must know what the
-// reset changed), the rest is pgx's. Called by the reader (beginRead).
+// readSize is how much one read from the connection asks for at least.
+const readSize = 8192
+
+// step sorts the whole messages read so far or, with none, reads once from
+// the connection: the reset's replies are dropped (ParameterStatus goes to
+// pgx, which must know what the reset changed), and so are the replies to the
+// messages that re-create pgx's statements (see sortReply); the rest is
+// pgx's. Rows and copy data are passed on as they arrive. Called by the
+// reader (beginRead).
 func (w *wireConn) step() error {
-	for sorted := false; ; sorted = true {
-		w.mu.Lock()
-		awaiting, watch := w.awaiting, w.watch
-		w.mu.Unlock()
-		if !awaiting && watch && len(w.rbuf) >= 5 && len(w.rbuf) >= 1+int(binary.BigEndian.Uint32(w.rbuf[1:5])) {
-			size := 1 + int(binary.BigEndian.Uint32(w.rbuf[1:5]))
-			w.watchReply(w.rbuf[:size])
-			w.out = append(w.out, w.rbuf[:size]...)
-			w.rbuf = w.rbuf[size:]
-			continue
-		}
-		if !awaiting && watch {
-			if len(w.out) > 0 || sorted {
-				return nil
-			}
-			break
-		}
-		if !awaiting {
+	sorted := false
+	for {
+		if w.passLeft > 0 {
 			if len(w.rbuf) == 0 {
-				if sorted { // the reset's last reply: nothing more to read for it
-					return nil
-				}
 				break
 			}
-			w.out = append(w.out, w.rbuf...)
-			w.rbuf = w.rbuf[:0]
-			return nil
+			n := min(w.passLeft, len(w.rbuf))
+			if !w.passDrop {
+				w.out = append(w.out, w.rbuf[:n]...)
+			}
+			w.rbuf, w.passLeft, sorted = w.rbuf[n:], w.passLeft-n, true
+			continue
 		}
-		if len(w.rbuf) < 5 || len(w.rbuf) < 1+int(binary.BigEndian.Uint32(w.rbuf[1:5])) {
+		if len(w.rbuf) < 5 {
 			break
 		}
 		size := 1 + int(binary.BigEndian.Uint32(w.rbuf[1:5]))
-		msg := w.rbuf[:size]
-		w.reply(msg)
-		w.rbuf = w.rbuf[size:]
-		if len(w.rbuf) == 0 {
-			w.rbuf = nil
+		w.mu.Lock()
+		awaiting := w.awaiting
+		if !awaiting && (w.rbuf[0] == 'D' || w.rbuf[0] == 'd') {
+			w.passLeft, w.passDrop = size, w.poisoned != nil
+			w.mu.Unlock()
+			continue
 		}
+		if len(w.rbuf) < size {
+			w.mu.Unlock()
+			break
+		}
+		msg := w.rbuf[:size]
+		if awaiting {
+			w.reply(msg)
+		} else {
+			kept := w.sortReply(msg)
+			if w.watch {
+				w.watchReplies(kept)
+			}
+			w.out = append(w.out, kept...)
+		}
+		w.mu.Unlock()
+		w.rbuf, sorted = w.rbuf[size:], true
 	}
-	var buf [8192]byte
-	n, err := w.Conn.Read(buf[:])
-	w.rbuf = append(w.rbuf, buf[:n]...)
+	if sorted {
+		return nil
+	}
+	if len(w.rbuf) == 0 {
+		w.rbuf = w.rstore[:0]
+	}
+	if cap(w.rbuf)-len(w.rbuf) < readSize/2 { // move what is left to the front, growing the store if need be
+		if need := len(w.rbuf) + readSize; cap(w.rstore) < need {
+			w.rstore = make([]byte, 0, max(need, 2*cap(w.rstore)))
+		}
+		w.rbuf = append(w.rstore[:0], w.rbuf...)
+	}
+	n, err := w.Conn.Read(w.rbuf[len(w.rbuf):cap(w.rbuf)])
+	w.rbuf = w.rbuf[:len(w.rbuf)+n]
 	if err != nil && n == 0 {
 		w.fail(err)
 		return err
@@ -360,10 +436,9 @@ func (w *wireConn) step() error {
 	return nil
 }
 
-// reply handles one message of the server while the reset's replies are read.
+// reply handles one message of the server while the reset's replies are
+// read. Called with mu held.
 func (w *wireConn) reply(msg []byte) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	defer w.cond.Broadcast() // awaiting may have ended: wake flushAlone
 	switch msg[0] {
 	case 'S': // ParameterStatus: the reset changed a reported setting
@@ -388,6 +463,7 @@ func (w *wireConn) reply(msg []byte) {
 			// error is the statement's.
 			w.out = append(w.out, msg...)
 			w.awaiting, w.stale, w.skipped = false, true, true
+			w.skipToSync()
 		}
 	case 'Z':
 		if w.synced {
@@ -407,15 +483,24 @@ func (w *wireConn) reply(msg []byte) {
 // (see watchReply).
 func (w *wireConn) done() {
 	w.awaiting, w.owner, w.owned, w.watch = false, w.pending, true, !w.synced
+	w.carried = w.pendingV
+}
+
+// watchReplies looks at pgx's messages in msgs, in the transaction of a
+// reset that travelled with pgx's statements. Called with mu held.
+func (w *wireConn) watchReplies(msgs []byte) {
+	for len(msgs) >= 5 {
+		size := 1 + int(binary.BigEndian.Uint32(msgs[1:5]))
+		w.watchReply(msgs[:size])
+		msgs = msgs[size:]
+	}
 }
 
 // watchReply looks at one of pgx's messages in the transaction of a reset
 // that travelled with pgx's statements: an error or a ROLLBACK (as tag of a
 // COMMIT too) undoes the reset, and the session's owner is then unknown;
-// ReadyForQuery outside a transaction ends the watch.
+// ReadyForQuery outside a transaction ends the watch. Called with mu held.
 func (w *wireConn) watchReply(msg []byte) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	switch msg[0] {
 	case 'E':
 		w.owned, w.undone = false, true
@@ -472,10 +557,7 @@ func (w *wireConn) settle(ctx context.Context) error {
 // its error: nil when none was armed or it succeeded.
 func (w *wireConn) send(ctx context.Context) error {
 	w.mu.Lock()
-	prefix := w.prefix
-	if prefix != nil {
-		w.prefix, w.awaiting, w.synced = nil, true, true
-	}
+	prefix := w.sending(true)
 	w.mu.Unlock()
 	if prefix == nil {
 		return nil
@@ -505,63 +587,4 @@ func (w *wireConn) dropIfOutOfStep(err error) {
 	if err != nil && !errors.As(err, &pgErr) {
 		_ = w.Conn.Close()
 	}
-}
-
-// frontendScan follows the messages pgx writes, across writes, to count the
-// named statements it prepares (Parse) and closes (Close).
-type frontendScan struct {
-	startup bool    // the next message is the untyped startup message
-	head    [7]byte // the current message's type, length and first two bytes
-	got     int     // bytes of head read
-	left    int     // bytes of the current message after head still to skip
-}
-
-// scan reads p and returns the change in named statements.
-func (s *frontendScan) scan(p []byte) (delta int) {
-	for len(p) > 0 {
-		if s.left > 0 {
-			n := min(s.left, len(p))
-			s.left -= n
-			p = p[n:]
-			continue
-		}
-		n := copy(s.head[s.got:], p)
-		s.got += n
-		p = p[n:]
-		if s.startup {
-			if s.got < 4 {
-				continue
-			}
-			size := int(binary.BigEndian.Uint32(s.head[:4]))
-			s.startup = false
-			s.left = max(size-s.got, 0)
-			s.got = 0
-			continue
-		}
-		if s.got < 5 {
-			continue
-		}
-		size := 1 + int(binary.BigEndian.Uint32(s.head[1:5]))
-		if s.got < min(7, size) {
-			continue
-		}
-		switch s.head[0] {
-		case 'P': // Parse: statement name first
-			if size > 5 && s.head[5] != 0 {
-				delta++
-			}
-		case 'C': // Close: 'S' for a statement, then its name
-			if size > 6 && s.head[5] == 'S' && s.head[6] != 0 {
-				delta--
-			}
-		}
-		s.left = size - s.got
-		s.got = 0
-		if s.left < 0 { // a message shorter than head: the rest of head is the next message's
-			extra := append([]byte(nil), s.head[size:size-s.left]...)
-			s.left = 0
-			delta += s.scan(extra)
-		}
-	}
-	return delta
 }

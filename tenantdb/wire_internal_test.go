@@ -68,7 +68,7 @@ func TestResetAloneWhileAReadIsBlocked(t *testing.T) {
 	}
 	// A change of tenant arms the reset; it goes alone, in front of the
 	// query's write.
-	w.arm(reset, 1, "b")
+	w.arm(reset, 1, "b", "", true)
 
 	wrote := make(chan error, 1)
 	go func() { _, err := w.Write(query); wrote <- err }()

@@ -12,14 +12,13 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
-// TestHandoverCheckCannotBeShadowed: the reset checks pgx's prepared
-// statements by reading pg_prepared_statements with the previous holder's
-// session still in place. Tenant a replaces the statement pgx prepared for
-// b's query (as in TestHandoverRefusesHijackedStatements) and then hides
-// that from the check: with a temporary view of that name, which pg_temp
-// puts in front of pg_catalog's, or with a search_path that puts its own
-// "=" operator in front of pg_catalog's. b's next request must still run
-// b's query.
+// TestHandoverCheckCannotBeShadowed: the reset runs in the previous
+// holder's session. Tenant a prepares its own statement under the name pgx
+// gave b's query (as in TestHandoverRefusesHijackedStatements) and then
+// tries to hide it from whatever the reset reads: with a temporary view
+// named pg_prepared_statements, which pg_temp puts in front of pg_catalog's,
+// or with a search_path that puts its own "=" operator in front of
+// pg_catalog's. b's next request must still run b's query.
 func TestHandoverCheckCannotBeShadowed(t *testing.T) {
 	setupSessionState(t)
 	admin, err := pgx.Connect(t.Context(), sharedPG.DSN)
@@ -35,7 +34,9 @@ func TestHandoverCheckCannotBeShadowed(t *testing.T) {
 	const q = "select 'b asked for ' || $1::text"
 	sum := sha256.Sum256([]byte(q))
 	name := "stmtcache_" + hex.EncodeToString(sum[:24])
-	hijack := `deallocate "` + name + `"; prepare "` + name + `" (text) as select 'a took over: ' || $1::text;`
+	// a's session, reset when a took the connection, holds no statement:
+	// the name is free.
+	hijack := `prepare "` + name + `" (text) as select 'a took over: ' || $1::text;`
 	covers := map[string]string{
 		"temporary view": `create temp view pg_prepared_statements as
 			select name, false as from_sql from pg_catalog.pg_prepared_statements`,

@@ -240,15 +240,28 @@ func TestSessionStateIsolatesTenants(t *testing.T) {
 		readAs(t, p, "b")
 	})
 	t.Run("after the holder changed the settings itself", func(t *testing.T) {
-		err := p.AcquireFunc(as("a"), func(c tenantdb.Conn) error {
-			_, err := c.Exec(context.Background(),
-				"select set_config('app.tenant_id', 'b', false), set_config('search_path', 'tenant_b', false)")
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
+		change := func(tenant string) {
+			err := p.AcquireFunc(as(tenant), func(c tenantdb.Conn) error {
+				_, err := c.Exec(context.Background(),
+					"select set_config('app.tenant_id', 'b', false), set_config('search_path', 'tenant_b', false)")
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-		readAs(t, p, "a") // the next acquire, even by the same tenant, sets it again
+		change("a")
+		readAs(t, p, "b") // the next tenant gets its own values
+		// The same tenant meets its own session again, as on a connection
+		// of its own (its values are not set again on every acquire):
+		// what its SQL changed stays, for that tenant only.
+		change("a")
+		var setting string
+		if err := p.QueryRow(as("a"), "select current_setting('app.tenant_id')").Scan(&setting); err != nil || setting != "b" {
+			t.Fatalf("a's next request saw app.tenant_id %q (%v), want the %q its own SQL set", setting, err, "b")
+		}
+		readAs(t, p, "b")
+		readAs(t, p, "a")
 	})
 	t.Run("after its backend was killed", func(t *testing.T) {
 		killed := pid("a")
@@ -286,7 +299,7 @@ func TestSessionStateIsolatesTenants(t *testing.T) {
 				tenants, setting, path)
 		}
 	})
-	checkUploads(t, map[string]int{"a": 3 + 1, "b": 3 + 3})
+	checkUploads(t, map[string]int{"a": 3 + 1, "b": 3 + 5})
 	assertNothingHeld(t, p)
 }
 

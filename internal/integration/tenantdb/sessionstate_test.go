@@ -369,12 +369,12 @@ func checkStatementCache(t *testing.T, p *tenantdb.Pool) {
 	assertNothingHeld(t, p)
 }
 
-// TestHandoverRefusesHijackedStatements: pgx keeps its prepared statements
-// across a change of tenant, so tenant a, whose SQL can run PREPARE and
-// DEALLOCATE, replaces the one pgx prepared for a query of b's (pgx names it
-// after the query's SHA-256) with its own SQL. b's next request must run b's
-// query, not a's: the reset finds a statement made by SQL and resets the
-// connection the slow way before b's query runs.
+// TestHandoverRefusesHijackedStatements: pgx's cache believes its
+// statements exist across a change of tenant, so tenant a, whose SQL can run
+// PREPARE, prepares its own under the name pgx gave a query of b's (named
+// after the query's SHA-256). b's next request must run b's query, not a's:
+// the reset drops a's statement, and pgx's is made again from pgx's own
+// message.
 func TestHandoverRefusesHijackedStatements(t *testing.T) {
 	setupSessionState(t)
 	const q = "select 'b asked for ' || $1::text"
@@ -390,7 +390,9 @@ func TestHandoverRefusesHijackedStatements(t *testing.T) {
 		if err != nil || !prepared {
 			t.Fatalf("pgx did not prepare %s for b's query (%v): the test would prove nothing", name, err)
 		}
-		_, err = p.Exec(as("a"), `deallocate "`+name+`"; prepare "`+name+`" (text) as select 'a took over: ' || $1::text`)
+		// a's session, reset when a took the connection, holds no
+		// statement: the name is free.
+		_, err = p.Exec(as("a"), `prepare "`+name+`" (text) as select 'a took over: ' || $1::text`)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,136 @@
+package tenantdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// TestHandoverRecreatesPgxStatements: a change of tenant drops every
+// prepared statement, and the wire re-creates pgx's own on their next use,
+// in the same round trip. Over many turns between two tenants on one
+// connection, with single queries, batches and a transaction, each call
+// answers its own tenant, the server never holds a statement prepared by
+// SQL after the turn, and pgx's cache keeps working (its statement exists,
+// made by the protocol, not by SQL).
+func TestHandoverRecreatesPgxStatements(t *testing.T) {
+	setupSessionState(t)
+	for _, withSession := range []bool{false, true} {
+		p := newStatePool(t, withSession, false)
+		for turn := range 20 {
+			for _, tenant := range []string{"a", "b"} {
+				ctx := as(tenant)
+				if tenant == "a" && turn%2 == 0 {
+					// a leaves a statement of its own behind.
+					if _, err := p.Exec(ctx, fmt.Sprintf("prepare left_by_a_%d as select 1", turn)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := answer(p.QueryRow(ctx, "select $1::text || ' asks'", tenant)); got != tenant+" asks" {
+					t.Fatalf("turn %d: %s's query answered %q", turn, tenant, got)
+				}
+				b := &pgx.Batch{}
+				b.Queue("select $1::text || ' asks'", tenant)
+				b.Queue("select $1::int + 1", turn)
+				br := p.SendBatch(ctx, b)
+				var s string
+				var n int
+				if err := br.QueryRow().Scan(&s); err != nil || s != tenant+" asks" {
+					t.Fatalf("turn %d: %s's batch answered %q, %v", turn, tenant, s, err)
+				}
+				if err := br.QueryRow().Scan(&n); err != nil || n != turn+1 {
+					t.Fatalf("turn %d: %s's batch answered %d, %v", turn, tenant, n, err)
+				}
+				if err := br.Close(); err != nil {
+					t.Fatal(err)
+				}
+				err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+					return tx.QueryRow(ctx, "select $1::text || ' asks'", tenant).Scan(&s)
+				})
+				if err != nil || s != tenant+" asks" {
+					t.Fatalf("turn %d: %s's transaction answered %q, %v", turn, tenant, s, err)
+				}
+				if tenant == "b" {
+					var bySQL, byPgx int
+					err := p.QueryRow(ctx, "select count(*) filter (where from_sql), count(*) filter (where not from_sql and statement = $1) from pg_prepared_statements",
+						"select $1::text || ' asks'").Scan(&bySQL, &byPgx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if bySQL != 0 || byPgx != 1 {
+						t.Fatalf("turn %d, Session %v: b's session holds %d statements by SQL (want 0) and %d of pgx's for its query (want 1)",
+							turn, withSession, bySQL, byPgx)
+					}
+				}
+			}
+		}
+		assertNothingHeld(t, p)
+	}
+}
+
+// TestRecreatedStatementWithOtherColumnsFails: a schema per tenant, where
+// the same query returns an integer for tenant a and a real for tenant b.
+// pgx prepared the query for a and cached its columns; when b's turn
+// re-creates the statement, the server would send b's real where pgx
+// decodes a's integer (four bytes either way, so pgx would not notice). b
+// must get an error or its own value, never a's type over b's bytes, and
+// its next try its own value.
+func TestRecreatedStatementWithOtherColumnsFails(t *testing.T) {
+	admin, err := pgx.Connect(t.Context(), sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	_, err = admin.Exec(t.Context(), `
+		drop schema if exists shape_a cascade; drop schema if exists shape_b cascade;
+		create schema shape_a; create schema shape_b;
+		create table shape_a.items (v integer); insert into shape_a.items values (7);
+		create table shape_b.items (v real); insert into shape_b.items values (2.5)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tenantdb.New(context.Background(), pgxConfig(t, sharedPG, 1), tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+		Session: tenantdb.Session{
+			SearchPath: func(id string) []string { return []string{"shape_" + id} },
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	const q = "select v::text, v from items where $1::int > 0"
+	read := func(tenant string) (string, error) {
+		var text string
+		var v any
+		err := p.QueryRow(as(tenant), q, 1).Scan(&text, &v)
+		return fmt.Sprintf("%s %v", text, v), err
+	}
+	if got, err := read("a"); err != nil || got != "7 7" {
+		t.Fatalf("a read %q, %v", got, err)
+	}
+	got, err := read("b")
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && got != "2.5 2.5":
+		t.Fatalf("b read %q: a's column type over b's value", got)
+	case err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "0A000"):
+		t.Fatalf("b's read failed with %v, want SQLSTATE 0A000", err)
+	case err != nil && !strings.Contains(err.Error(), "result columns") && !strings.Contains(err.Error(), "result type"):
+		t.Fatalf("b's read failed with %v: it does not say the columns changed", err)
+	}
+	if got, err := read("b"); err != nil || got != "2.5 2.5" {
+		t.Fatalf("b's next read: %q, %v", got, err)
+	}
+	if got, err := read("a"); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "0A000") || err == nil && got != "7 7" {
+		t.Fatalf("a's read after b's: %q, %v", got, err)
+	}
+	assertNothingHeld(t, p)
+}
