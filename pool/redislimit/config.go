@@ -64,8 +64,11 @@ type Config struct {
 	LeaseTTL time.Duration
 
 	// RenewEvery is how often held leases are renewed, all of them in one
-	// round trip. It must leave room for a renewal to finish:
-	// RenewEvery+OpTimeout < LeaseTTL. Default LeaseTTL/3.
+	// round trip. A due renewal may wait for the call then running (up to
+	// OpTimeout) and take up to OpTimeout itself, all within the lease's
+	// validity: RenewEvery+2*OpTimeout must be less than LeaseTTL less its
+	// margin (a tenth of LeaseTTL), else New refuses the Config. Default
+	// LeaseTTL/3.
 	RenewEvery time.Duration
 
 	// OpTimeout bounds every Redis call; one that takes longer counts as a
@@ -81,8 +84,8 @@ type Config struct {
 	// the leases are renewed soon after Redis answers again. The first probe
 	// after a failed renewal (up to OpTimeout after it was due) must come
 	// while the held leases are still valid: RenewEvery+OpTimeout+RecheckEvery
-	// must be less than LeaseTTL less a safety margin (a tenth of LeaseTTL at
-	// most), else New refuses the Config. Default 1 second, or half the room
+	// must be less than LeaseTTL less its margin (a tenth of LeaseTTL), else
+	// New refuses the Config. Default 1 second, or half the room
 	// that rule leaves when that is less.
 	RecheckEvery time.Duration
 
@@ -145,8 +148,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = min(defaultOpTimeout, c.LeaseTTL/4)
 	}
-	if c.RenewEvery+c.OpTimeout >= c.LeaseTTL {
-		return bad("RenewEvery %v + OpTimeout %v must be less than LeaseTTL %v", c.RenewEvery, c.OpTimeout, c.LeaseTTL)
+	// A renewal falls due at most RenewEvery after the last one was sent,
+	// may wait for the call then running, and is answered within
+	// OpTimeout: the lease must stay valid that long (see RenewEvery).
+	if c.RenewEvery+2*c.OpTimeout >= c.LeaseTTL-margin(c) {
+		return bad("RenewEvery %v + 2*OpTimeout %v must be less than LeaseTTL %v less its margin %v: "+
+			"a due renewal may wait for one call and then for its own answer", c.RenewEvery, c.OpTimeout, c.LeaseTTL, margin(c))
 	}
 	// A probe RecheckEvery after a failed renewal must still find the
 	// leases valid, else a blip of Redis revokes them (see RecheckEvery).

@@ -15,7 +15,11 @@
 // into one round trip, so that a live process never loses a slot it holds
 // while the slots of a process that died come back within LeaseTTL. A
 // renewal never re-adds a lease it finds gone (Redis may have given its slot
-// to someone else); it counts it in Stats.LostLeases and logs it.
+// to someone else); it counts it in Stats.LostLeases and logs it. A renewal
+// that falls due while a flush of releases (or any other call) runs waits
+// for that call only, and then goes first, so it is answered within
+// 2*OpTimeout of being due: New requires RenewEvery+2*OpTimeout to be less
+// than the lease's validity (below).
 //
 // # Lost leases are revoked
 //

@@ -182,7 +182,7 @@ func TestRedisReleasedChannelUnsubscribedAfterReconnect(t *testing.T) {
 	r := tenantdbtest.StartRedis(t) // its own: the test kills every pub/sub client
 	rdb := newClient(t, r.Addr)
 	ctx := context.Background()
-	l := newLimiter(t, Config{Client: newClient(t, r.Addr), LeaseTTL: 3 * time.Second,
+	l := newLimiter(t, Config{Client: newClient(t, r.Addr), LeaseTTL: 3 * time.Second, RenewEvery: 500 * time.Millisecond,
 		OpTimeout: time.Second, RecheckEvery: 100 * time.Millisecond})
 	slept := sleeping(l)
 	channel := tenantKeys(l.cfg.Prefix, "acme").channel

@@ -109,11 +109,10 @@ func New(cfg Config) (*Limiter, error) {
 // margin is how much earlier than Redis a process considers a lease
 // expired: clocks run at slightly different rates, timers fire late, and
 // the holder needs time to stop its work (tenantdb cancels the query) before
-// another process may take the slot. A tenth of LeaseTTL, but never so much
-// that a lease could lapse between two renewals that succeed: validity stays
-// above RenewEvery+OpTimeout.
+// another process may take the slot. A tenth of LeaseTTL; New makes sure a
+// renewal fits in what is left (see Config.RenewEvery).
 func margin(c Config) time.Duration {
-	return min(c.LeaseTTL/10, (c.LeaseTTL-c.RenewEvery-c.OpTimeout)/2)
+	return c.LeaseTTL / 10
 }
 
 // newMember returns a lease member unique across limiters and processes.

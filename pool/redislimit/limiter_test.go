@@ -523,6 +523,46 @@ func TestRedisNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestNewLeavesRoomForADelayedRenewal: a due renewal may wait for the call
+// then running (up to OpTimeout) and then for its own answer (up to
+// OpTimeout), so New refuses a Config whose lease validity (LeaseTTL less
+// a tenth) does not cover RenewEvery+2*OpTimeout. The first case was
+// accepted with 25ms of slack, less than one slow flush.
+func TestNewLeavesRoomForADelayedRenewal(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	ms := time.Millisecond
+	for _, c := range []struct {
+		renew, op time.Duration
+		ok        bool
+	}{
+		{600 * ms, 350 * ms, false},
+		{500 * ms, 200 * ms, false}, // 900ms: no slack at all
+		{500 * ms, 199 * ms, true},
+		{500 * ms, 0, false}, // the default OpTimeout, 250ms
+		{0, 0, true},         // the defaults: 333ms + 2*250ms
+	} {
+		l, err := New(Config{Client: rdb, LeaseTTL: time.Second, RenewEvery: c.renew, OpTimeout: c.op})
+		if !c.ok {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("RenewEvery %v, OpTimeout %v: err = %v, want ErrInvalidConfig", c.renew, c.op, err)
+			}
+			if l != nil {
+				l.Close()
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("RenewEvery %v, OpTimeout %v: %v", c.renew, c.op, err)
+			continue
+		}
+		if cfg := l.cfg; cfg.RenewEvery+2*cfg.OpTimeout >= l.validity {
+			t.Errorf("RenewEvery %v, OpTimeout %v: a delayed renewal outlasts the validity %v", cfg.RenewEvery, cfg.OpTimeout, l.validity)
+		}
+		l.Close()
+	}
+}
+
 // TestRedisStaleWaiterMarkDoesNotStall: the mark that tells new requests to
 // queue behind waiters outlives the waiters for a while. A new request that
 // finds it, and a free slot, must still get the slot without a

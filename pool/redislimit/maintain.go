@@ -11,6 +11,11 @@ import (
 // Doing all three in one goroutine keeps the I/O off the request path and
 // makes renewals and flushes never overlap. Each call is bounded by
 // OpTimeout on this side (see background), whatever the client's own timeouts.
+//
+// A due renewal goes before any other call: Go's select picks at random
+// among ready cases, and under a steady stream of releases flush after
+// flush could run first. So a renewal waits for one call at most, the one
+// running when it fell due: it is sent within OpTimeout of being due.
 func (l *Limiter) maintain() {
 	defer l.wg.Done()
 	renew := time.NewTicker(l.cfg.RenewEvery)
@@ -20,36 +25,59 @@ func (l *Limiter) maintain() {
 	next := time.Now().Add(l.cfg.RecheckEvery) // when recheck fires
 	checkedEviction := false
 	wasHealthy := true
+	// The calls that follow a renewal, one an iteration, each after the
+	// check for a due renewal: the assertion of local grants, and the flush
+	// of what the renewal found released.
+	afterRenewal := []func(context.Context) error{l.assertLocals, l.flush}
+	var after []func(context.Context) error
+	renewal := func() {
+		after = nil
+		if !l.healthy.Load() || l.background(l.renew) != nil {
+			return
+		}
+		after = afterRenewal
+		if !checkedEviction {
+			checkedEviction = true
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.warnEviction()
+			}()
+		}
+	}
 	for {
 		fired := false
 		select {
 		case <-l.done:
 			return
-		case <-l.kick:
-			if l.healthy.Load() {
-				l.background(l.flush)
-			}
 		case <-renew.C:
-			if l.healthy.Load() {
-				_ = l.background(l.renew) == nil &&
-					l.background(l.assertLocals) == nil &&
-					l.background(l.flush) == nil
-				if !checkedEviction && l.healthy.Load() {
-					checkedEviction = true
-					l.wg.Add(1)
-					go func() {
-						defer l.wg.Done()
-						l.warnEviction()
-					}()
+			renewal()
+		default:
+			if len(after) > 0 {
+				step := after[0]
+				after = after[1:]
+				if !l.healthy.Load() || l.background(step) != nil {
+					after = nil
 				}
+				break
 			}
-		case <-recheck.C:
-			fired = true
-			switch {
-			case !l.healthy.Load():
-				l.reconcile()
-			case l.pendingCount() > 0:
-				l.background(l.flush) // releases that failed earlier
+			select {
+			case <-l.done:
+				return
+			case <-l.kick:
+				if l.healthy.Load() {
+					l.background(l.flush)
+				}
+			case <-renew.C:
+				renewal()
+			case <-recheck.C:
+				fired = true
+				switch {
+				case !l.healthy.Load():
+					l.reconcile()
+				case l.pendingCount() > 0:
+					l.background(l.flush) // releases that failed earlier
+				}
 			}
 		}
 		// Healthy, recheck fires every RecheckEvery. Degraded, no later
