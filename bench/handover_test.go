@@ -38,7 +38,8 @@ const (
 // and its ratio to pgxpool's median. ScopeTransaction needs
 // QueryExecModeExec, so pgxpool in that mode is measured too; pgxpool with
 // one more statement in each round trip is the floor of any reset that the
-// server runs.
+// server runs, and pgxpool in exec mode with the tenant setting in front of
+// each query the floor of ScopeTransaction.
 func BenchmarkTenantHandover(b *testing.B) {
 	ctx := context.Background()
 	type variant struct {
@@ -71,6 +72,15 @@ func BenchmarkTenantHandover(b *testing.B) {
 		b.Queue("select 1")
 		b.Queue("select $1::int", i%1000)
 		return floor.SendBatch(ctx, b).Close()
+	}})
+	// And ScopeTransaction's: pgxpool in its exec mode with the tenant
+	// setting alone, set_config(..., true), in front of each query.
+	execFloor := rawPool(pgx.QueryExecModeExec)
+	variants = append(variants, variant{"pgxpool (exec) + the setting", "pgxpool (exec)", func(i int64) error {
+		b := &pgx.Batch{}
+		b.Queue("select pg_catalog.set_config('app.tenant_id', 't1', true)")
+		b.Queue("select $1::int", i%1000)
+		return execFloor.SendBatch(ctx, b).Close()
 	}})
 	sessions := []struct {
 		name    string

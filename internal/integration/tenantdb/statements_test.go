@@ -134,3 +134,44 @@ func TestRecreatedStatementWithOtherColumnsFails(t *testing.T) {
 	}
 	assertNothingHeld(t, p)
 }
+
+// TestWireCarriesLargeResults: the wire passes rows on as they arrive, a
+// row larger than one read included, after a change of tenant (when it
+// sorts the replies of the reset and of the re-created statement out of
+// the stream) and without one, in every exec mode.
+func TestWireCarriesLargeResults(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		cfg := pgxConfig(t, sharedPG, 1)
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		p, err := tenantdb.New(context.Background(), cfg, tenantdb.Config{
+			Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+			Session: tenantdb.Session{TenantSetting: "app.tenant_id"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tenant := range []string{"a", "a", "b", "a"} {
+			var big string
+			err := p.QueryRow(as(tenant), "select repeat($1::text, 3000000) || current_setting('app.tenant_id')", "x").Scan(&big)
+			if err != nil || len(big) != 3000001 || big[len(big)-1:] != tenant {
+				t.Fatalf("%v, %s: a 3 MB value of %d bytes ending %q, %v", mode, tenant, len(big), big[max(len(big)-1, 0):], err)
+			}
+			rows, _ := p.Query(as(tenant), "select g, current_setting('app.tenant_id') from generate_series(1, $1::int) g", 200000)
+			n := 0
+			for rows.Next() {
+				var g int
+				var setting string
+				if err := rows.Scan(&g, &setting); err != nil || g != n+1 || setting != tenant {
+					t.Fatalf("%v, %s: row %d read %d, %q, %v", mode, tenant, n+1, g, setting, err)
+				}
+				n++
+			}
+			if rows.Err() != nil || n != 200000 {
+				t.Fatalf("%v, %s: %d rows, %v", mode, tenant, n, rows.Err())
+			}
+		}
+		assertNothingHeld(t, p)
+		p.Close()
+	}
+}
