@@ -54,6 +54,9 @@ var errColumnsChanged = errors.New("tenantdb: a prepared statement re-created af
 // reset put in front of their first use; each message written gets its
 // replies on w.replies. Called with mu held.
 func (w *wireConn) trackWrite(p []byte) []byte {
+	if w.untracked {
+		return p
+	}
 	var out []byte // nil while nothing is inserted: p goes as it is
 	done := 0      // bytes of p already copied to out
 	for off := 0; off < len(p); {

@@ -132,3 +132,33 @@ func TestRecreationSkippedByAnErrorIsRecreatedAgain(t *testing.T) {
 		t.Fatalf("the next use went as %q, want the Parse again in front", got)
 	}
 }
+
+// TestUnreadableWriteStopsRecreation: a write that ends inside a message
+// whose content matters leaves the wire unable to follow pgx's statements:
+// it inserts nothing until the next change of tenant starts afresh.
+func TestUnreadableWriteStopsRecreation(t *testing.T) {
+	w := &wireConn{stmts: map[string]*namedStatement{}}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.trackWrite(encode(t, &pgproto3.Parse{Name: "s1", Query: "select 1"}, &pgproto3.Sync{}))
+	sortAll(w, encode(t, &pgproto3.ParseComplete{}, &pgproto3.ReadyForQuery{TxStatus: 'I'}))
+	w.epoch++
+	bind := encode(t, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if got := w.trackWrite(bind[:8]); !bytes.Equal(got, bind[:8]) {
+		t.Fatalf("a cut Bind went as %q", got)
+	}
+	if got := w.trackWrite(bind[8:]); !bytes.Equal(got, bind[8:]) {
+		t.Fatalf("the rest of a cut Bind went as %q", got)
+	}
+	if got := w.trackWrite(bind); !bytes.Equal(got, bind) || w.owed() != 0 {
+		t.Fatalf("after an unreadable write, a Bind went as %q with %d replies owed; want it unchanged, none", split(got), w.owed())
+	}
+	w.mu.Unlock()
+	if !w.untrackedStatements() || w.untrackedStatements() {
+		t.Fatal("untrackedStatements did not report the loss once")
+	}
+	w.mu.Lock()
+	if len(w.stmts) != 0 {
+		t.Fatalf("%d statements kept after the loss", len(w.stmts))
+	}
+}

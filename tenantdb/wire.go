@@ -162,7 +162,7 @@ func (w *wireConn) untrackedStatements() bool {
 	if !w.untracked {
 		return false
 	}
-	w.untracked = false
+	w.untracked, w.scanLeft = false, 0 // the connection is idle: pgx's next write starts a message
 	clear(w.stmts)
 	return true
 }
