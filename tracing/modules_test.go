@@ -57,7 +57,12 @@ func TestConsumerModuleGraph(t *testing.T) {
 	}
 	out, err := run("off", "list", "-m", "all")
 	if err != nil {
-		t.Fatalf("go list -m all: %v\n%s", err, out)
+		// The graph names modules whose go.mod no build needed (a fresh
+		// module cache lacks them).
+		t.Logf("go list -m all from the module cache alone: %v\n%s", err, out)
+		if out, err = run("", "list", "-m", "all"); err != nil {
+			t.Fatalf("go list -m all: %v\n%s", err, out)
+		}
 	}
 	var paths []string
 	for line := range strings.Lines(strings.TrimSpace(out)) {
