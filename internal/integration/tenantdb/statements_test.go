@@ -175,3 +175,37 @@ func TestWireCarriesLargeResults(t *testing.T) {
 		p.Close()
 	}
 }
+
+// TestResetUnderThePreviousHoldersTimeouts: the reset runs in the previous
+// holder's session, under the statement_timeout it left (1 ms). The next
+// tenant's Ping, Exec and Acquire must still work, on the reset session.
+func TestResetUnderThePreviousHoldersTimeouts(t *testing.T) {
+	p, err := tenantdb.New(context.Background(), pgxConfig(t, sharedPG, 1), tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	calls := map[string]func(ctx context.Context) error{
+		"Ping": p.Ping,
+		"Exec": func(ctx context.Context) error { _, err := p.Exec(ctx, "select $1::int", 1); return err },
+		"Acquire": func(ctx context.Context) error {
+			return p.AcquireFunc(ctx, func(c tenantdb.Conn) error { _, err := c.Exec(ctx, "select 1"); return err })
+		},
+	}
+	for name, call := range calls {
+		for round := range 10 {
+			if _, err := p.Exec(as("a"), "set statement_timeout = '1ms'; set lock_timeout = '1ms'"); err != nil {
+				t.Fatal(err)
+			}
+			if err := call(as("b")); err != nil {
+				t.Fatalf("%s, round %d, after a left a 1 ms statement_timeout: %v", name, round, err)
+			}
+			if got := answer(p.QueryRow(as("b"), "select current_setting('statement_timeout')")); got != "0" {
+				t.Fatalf("%s, round %d: b's statement_timeout is %q, want 0", name, round, got)
+			}
+		}
+	}
+	assertNothingHeld(t, p)
+}
