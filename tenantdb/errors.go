@@ -47,6 +47,15 @@ const (
 // Conn returns it too.
 var ErrConnReleased = errors.New("tenantdb: the Conn was released")
 
+// ErrRoleDefaultsChanged fails the opening of a connection whose login role
+// or database has other default settings (ALTER ROLE ... SET, ALTER
+// DATABASE ... SET) than the Pool's first connection to that database
+// found: a session can change its own role's defaults, for every session
+// opened after it, and no reset undoes them. Put them back (ALTER ROLE ...
+// RESET) and new connections open again; or, for a change that is meant,
+// start the process again.
+var ErrRoleDefaultsChanged = errors.New("tenantdb: the login role's or database's default settings changed since the Pool's first connection")
+
 // ErrCannotRunInTransaction is matched, together with PostgreSQL's own
 // error (SQLSTATE 25001), by a statement that cannot run inside a
 // transaction block (CREATE INDEX CONCURRENTLY, DROP INDEX CONCURRENTLY,

@@ -15,7 +15,9 @@ import (
 // was opened.
 const defaultPathKey = "tenantdb.defaultPath"
 
-// connect is the pgxpool AfterConnect hook. Under ScopeTransaction it learns
+// connect is the pgxpool AfterConnect hook. It checks the login role's
+// default settings against the first connection's (see roleDefaults), in one
+// round trip per new connection. Under ScopeTransaction it learns
 // the login role's default search_path, in one round trip per new
 // connection: its reset value, which a session-level SET cannot change,
 // since behind a transaction pooler a new client connection can land on a
@@ -24,6 +26,9 @@ const defaultPathKey = "tenantdb.defaultPath"
 // whether a proxy stands between it and the server, and warns that
 // ScopeSession needs session pooling there.
 func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
+	if err := s.defaults.check(ctx, conn); err != nil {
+		return err
+	}
 	if s.transactional() {
 		var path string
 		// The operator is named by schema: behind a transaction pooler

@@ -20,9 +20,12 @@ import (
 // to work done on no tenant's behalf) only in a pristine session: see
 // Pool for the reset that runs when a connection changes tenant.
 //
-// With ScopeSession (the default) the values are set on every acquire from
-// the shared pool, in the round trip of the first statement (see Pool):
-// to the tenant's values when the context carries a tenant, and back to the
+// With ScopeSession (the default) the values are set when a connection of
+// the shared pool changes tenant, or when the values it was given are not
+// the tenant's any more, in the round trip of the first statement (see
+// Pool); a tenant that keeps its connection keeps its session, values
+// included, as on a connection of its own. They are the tenant's values
+// when the context carries a tenant, and back to the
 // defaults (an empty TenantSetting, the role's default search_path) when it
 // carries none, as for calls made through Pool.Pgxpool, Pool.AcquireAllIdle
 // and a Ping without a tenant. ScopeSession needs a direct connection or a
@@ -115,7 +118,8 @@ type sessionSetup struct {
 	cfg    Session
 	logger *slog.Logger // Config.Logger or slog.Default
 
-	probed atomic.Bool // whether a connection was checked for a proxy
+	probed   atomic.Bool  // whether a connection was checked for a proxy
+	defaults roleDefaults // the login role's defaults, checked on every new connection
 }
 
 // values returns the SQL expressions that set tenant's values, local to the
