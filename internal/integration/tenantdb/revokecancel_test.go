@@ -12,42 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/internal/integration/fakecluster"
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
-
-// revoker is a cluster limiter whose leases the test revokes.
-type revoker struct {
-	mu     sync.Mutex
-	leases []*revocable
-}
-
-type revocable struct {
-	done chan struct{}
-	once sync.Once
-}
-
-func (l *revocable) Release()                 {}
-func (l *revocable) Local() bool              { return false }
-func (l *revocable) Revoked() <-chan struct{} { return l.done }
-func (l *revocable) revoke()                  { l.once.Do(func() { close(l.done) }) }
-
-func (r *revoker) AcquireSlot(context.Context, string, int, time.Duration) (pool.ClusterLease, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l := &revocable{done: make(chan struct{})}
-	r.leases = append(r.leases, l)
-	return l, nil
-}
-
-func (r *revoker) revokeAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.leases {
-		l.revoke()
-	}
-	r.leases = nil
-}
 
 // cancelCode is the code of PostgreSQL's CancelRequest message.
 const cancelCode = 80877102
@@ -129,9 +96,9 @@ func isQueryCanceled(err error) bool {
 // refuses statements with ErrRevoked: the CancelRequest was sent then, and
 // Release waits for it. ran, if not nil, ends the statement running on c
 // when the slot is revoked.
-func revokeAndRelease(t *testing.T, cluster *revoker, c tenantdb.Conn, ran <-chan error) {
+func revokeAndRelease(t *testing.T, cluster *fakecluster.Revoker, c tenantdb.Conn, ran <-chan error) {
 	t.Helper()
-	cluster.revokeAll()
+	cluster.RevokeAll()
 	if ran != nil {
 		if err := <-ran; err != nil && !errors.Is(err, tenantdb.ErrRevoked) {
 			t.Fatalf("the revoked statement's error %v does not match ErrRevoked", err)
@@ -151,7 +118,7 @@ func TestRevocationCancelDoesNotReachTheNextStatement(t *testing.T) {
 	// a cancel before it reads the next statement, and drops one that
 	// finds the session idle. Revocations land while a statement runs, as
 	// it ends and after it.
-	cluster := &revoker{}
+	cluster := &fakecluster.Revoker{}
 	p := newPool(t, sharedPG, 1, tenantdb.Config{Plans: map[string]tenantdb.Plan{"std": {MaxConns: 1}}, Cluster: cluster})
 	for i := range 40 {
 		c, err := p.Acquire(as("a"))
@@ -181,7 +148,7 @@ func TestUnacknowledgedRevocationCancelDoesNotReachTheNextStatement(t *testing.T
 	// When PostgreSQL does not acknowledge a revocation's CancelRequest in
 	// time (pgx reports no error then), the cancel may still arrive later:
 	// the connection it targets must not serve anyone again.
-	cluster := &revoker{}
+	cluster := &fakecluster.Revoker{}
 	staller := &cancelStaller{}
 	pcfg := pgxConfig(t, sharedPG, 1)
 	pcfg.ConnConfig.DialFunc = staller.dial

@@ -4,48 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/internal/integration/fakecluster"
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
-
-// revoker is a cluster limiter whose leases the test revokes.
-type revoker struct {
-	mu     sync.Mutex
-	leases []*revocable
-}
-
-type revocable struct {
-	done chan struct{}
-	once sync.Once
-}
-
-func (l *revocable) Release()                 {}
-func (l *revocable) Local() bool              { return false }
-func (l *revocable) Revoked() <-chan struct{} { return l.done }
-func (l *revocable) revoke()                  { l.once.Do(func() { close(l.done) }) }
-
-func (r *revoker) AcquireSlot(context.Context, string, int, time.Duration) (pool.ClusterLease, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l := &revocable{done: make(chan struct{})}
-	r.leases = append(r.leases, l)
-	return l, nil
-}
-
-func (r *revoker) revokeAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.leases {
-		l.revoke()
-	}
-}
 
 // TestRevokedClusterSlot checks that when a tenant's cluster-wide slot is
 // revoked, the statement running on its database/sql connection is
@@ -57,7 +23,7 @@ func TestRevokedClusterSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcfg.MaxConns = 2
-	cluster := &revoker{}
+	cluster := &fakecluster.Revoker{}
 	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
 		Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
 		Cluster: cluster,
@@ -88,7 +54,7 @@ func TestRevokedClusterSlot(t *testing.T) {
 		err := admin.QueryRow("select count(*) from pg_stat_activity where query = 'select pg_sleep(60)' and state = 'active'").Scan(&n)
 		return err == nil && n == 1
 	})
-	cluster.revokeAll()
+	cluster.RevokeAll()
 	err = <-done
 	if !errors.Is(err, tenantdb.ErrRevoked) {
 		t.Fatalf("the statement running when the slot was revoked: %v; want ErrRevoked", err)
