@@ -65,10 +65,13 @@ const (
 	maxBackoff   = 64
 
 	// minInflatedSamples is the fewest holds, all inflated, on which a
-	// window above a limit of one is judged inflated: a window of one or two
-	// would take a tenant's few slow holds, which other tenants' load
-	// causes, for queueing of its own, and cut it.
-	minInflatedSamples = 3
+	// window above a limit of one is judged inflated: a window of one would
+	// take a tenant's one slow hold, which other tenants' load causes, for
+	// queueing of its own, and cut it. Not three: at a limit of two that is
+	// a second round of holds, and when several CPU-bound tenants learn at
+	// once (each hold as long as all their queries together) the cut came
+	// when their bursts were nearly done.
+	minInflatedSamples = 2
 )
 
 // inflationSlack is added to the tolerated hold time, so that the jitter of
