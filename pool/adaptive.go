@@ -269,10 +269,14 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 // itself); holds that grow slower mean each extra permit still gets work
 // done, as a tenant sharing a saturated core with others gets a larger
 // share of it by running more at once, and cutting it would only queue its
-// requests at the gate while the others take the core.
+// requests at the gate while the others take the core. Up to twice the
+// baseline's limit only Tolerance counts: when several CPU-bound tenants
+// double together from one, each one's holds double too, and a baseline of
+// one hold is noisy enough to bring that under 2/Tolerance (1.54x), so all
+// of them grew and queued the core for everyone.
 func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
 	factor := cfg.Tolerance
-	if a.baseLimit > 0 {
+	if a.baseLimit > 0 && a.limit > 2*a.baseLimit {
 		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/cfg.Tolerance)
 	}
 	return int64(float64(a.baseline)*factor) + inflationSlack
