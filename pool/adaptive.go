@@ -65,10 +65,13 @@ const (
 	maxBackoff   = 64
 
 	// minInflatedSamples is the fewest holds, all inflated, on which a
-	// window above a limit of one is judged inflated: a window of one or two
-	// would take a tenant's few slow holds, which other tenants' load
-	// causes, for queueing of its own, and cut it.
-	minInflatedSamples = 3
+	// window above a limit of one is judged inflated: a window of one would
+	// take a tenant's one slow hold, which other tenants' load causes, for
+	// queueing of its own, and cut it. Not three: at a limit of two that is
+	// a second round of holds, and when several CPU-bound tenants learn at
+	// once (each hold as long as all their queries together) the cut came
+	// when their bursts were nearly done.
+	minInflatedSamples = 2
 )
 
 // inflationSlack is added to the tolerated hold time, so that the jitter of
@@ -266,10 +269,14 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 // itself); holds that grow slower mean each extra permit still gets work
 // done, as a tenant sharing a saturated core with others gets a larger
 // share of it by running more at once, and cutting it would only queue its
-// requests at the gate while the others take the core.
+// requests at the gate while the others take the core. Up to twice the
+// baseline's limit only Tolerance counts: when several CPU-bound tenants
+// double together from one, each one's holds double too, and a baseline of
+// one hold is noisy enough to bring that under 2/Tolerance (1.54x), so all
+// of them grew and queued the core for everyone.
 func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
 	factor := cfg.Tolerance
-	if a.baseLimit > 0 {
+	if a.baseLimit > 0 && a.limit > 2*a.baseLimit {
 		factor = max(factor, float64(a.limit)/float64(a.baseLimit)/cfg.Tolerance)
 	}
 	return int64(float64(a.baseline)*factor) + inflationSlack
