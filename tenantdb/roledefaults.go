@@ -2,6 +2,7 @@ package tenantdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -37,10 +38,16 @@ where (s.setrole operator(pg_catalog.=) 0::pg_catalog.oid
 // check reads conn's defaults and compares them with the first ones seen
 // for its database.
 func (d *roleDefaults) check(ctx context.Context, conn *pgx.Conn) error {
-	var database, settings string
-	if err := conn.QueryRow(ctx, roleDefaultsQuery, pgx.QueryExecModeSimpleProtocol).Scan(&database, &settings); err != nil {
+	// On pgconn, below pgx's tracers: the user's sees only the user's
+	// statements.
+	results, err := conn.PgConn().Exec(ctx, roleDefaultsQuery).ReadAll()
+	if err == nil && (len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 2) {
+		err = errors.New("not one row of two columns")
+	}
+	if err != nil {
 		return fmt.Errorf("tenantdb: read the login role's default settings: %w", err)
 	}
+	database, settings := string(results[0].Rows[0][0]), string(results[0].Rows[0][1])
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	first, seen := d.first[database]

@@ -68,7 +68,8 @@ type Config struct {
 	// OpTimeout) and take up to OpTimeout itself, all within the lease's
 	// validity: RenewEvery+2*OpTimeout must be less than LeaseTTL less its
 	// margin (a tenth of LeaseTTL), else New refuses the Config. Default
-	// LeaseTTL/3.
+	// LeaseTTL/3, or two thirds of that room when a long OpTimeout leaves
+	// less.
 	RenewEvery time.Duration
 
 	// OpTimeout bounds every Redis call; one that takes longer counts as a
@@ -142,11 +143,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseTTL < 10*time.Millisecond {
 		return bad("LeaseTTL %v is below 10ms", c.LeaseTTL)
 	}
-	if c.RenewEvery == 0 {
-		c.RenewEvery = c.LeaseTTL / 3
-	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = min(defaultOpTimeout, c.LeaseTTL/4)
+	}
+	if c.RenewEvery == 0 {
+		// A third of the lease, less where a long OpTimeout leaves less
+		// room for a delayed renewal (see the check below).
+		c.RenewEvery = c.LeaseTTL / 3
+		if room := c.LeaseTTL - margin(c) - 2*c.OpTimeout; room > 0 {
+			c.RenewEvery = min(c.RenewEvery, room*2/3)
+		}
 	}
 	// A renewal falls due at most RenewEvery after the last one was sent,
 	// may wait for the call then running, and is answered within

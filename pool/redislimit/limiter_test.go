@@ -541,6 +541,8 @@ func TestNewLeavesRoomForADelayedRenewal(t *testing.T) {
 		{500 * ms, 199 * ms, true},
 		{500 * ms, 0, false}, // the default OpTimeout, 250ms
 		{0, 0, true},         // the defaults: 333ms + 2*250ms
+		{0, 300 * ms, true},  // a long OpTimeout: the default RenewEvery leaves room for it (200ms)
+		{0, 450 * ms, false}, // no room at all
 	} {
 		l, err := New(Config{Client: rdb, LeaseTTL: time.Second, RenewEvery: c.renew, OpTimeout: c.op})
 		if !c.ok {
