@@ -68,8 +68,8 @@ type Config struct {
 	// OpTimeout) and take up to OpTimeout itself, all within the lease's
 	// validity: RenewEvery+2*OpTimeout must be less than LeaseTTL less its
 	// margin (a tenth of LeaseTTL), else New refuses the Config. Default
-	// LeaseTTL/3, or two thirds of that room when a long OpTimeout leaves
-	// less.
+	// LeaseTTL/3, or, where a long OpTimeout leaves less room than that,
+	// two thirds of the room.
 	RenewEvery time.Duration
 
 	// OpTimeout bounds every Redis call; one that takes longer counts as a
@@ -150,8 +150,8 @@ func (c Config) withDefaults() (Config, error) {
 		// A third of the lease, less where a long OpTimeout leaves less
 		// room for a delayed renewal (see the check below).
 		c.RenewEvery = c.LeaseTTL / 3
-		if room := c.LeaseTTL - margin(c) - 2*c.OpTimeout; room > 0 {
-			c.RenewEvery = min(c.RenewEvery, room*2/3)
+		if room := c.LeaseTTL - margin(c) - 2*c.OpTimeout; c.RenewEvery >= room && room > 0 {
+			c.RenewEvery = room * 2 / 3
 		}
 	}
 	// A renewal falls due at most RenewEvery after the last one was sent,

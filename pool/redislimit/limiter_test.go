@@ -334,7 +334,7 @@ func TestRedisCloseDuringTakeAnswersErrClosed(t *testing.T) {
 				hook := blockScripts{started: make(chan string, 1)}
 				c.AddHook(hook)
 				// OpTimeout far longer than the test: only Close ends the take.
-				l := newLimiter(t, Config{Client: c, Mode: mode, LeaseTTL: time.Minute, OpTimeout: 30 * time.Second})
+				l := newLimiter(t, Config{Client: c, Mode: mode, LeaseTTL: time.Hour, OpTimeout: 30 * time.Second})
 				got := acquireAsync(l, "acme", 1, maxWait)
 				select {
 				case <-hook.started:
