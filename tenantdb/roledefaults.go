@@ -19,7 +19,7 @@ import (
 // differ is refused with ErrRoleDefaultsChanged until they are put back.
 type roleDefaults struct {
 	mu    sync.Mutex
-	first map[string]string // by database: the defaults its first connection found
+	first map[string]string // by database: the defaults its first connection found (as many as the server has databases)
 }
 
 // roleDefaultsQuery reads the current database and the settings of
