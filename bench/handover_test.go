@@ -39,7 +39,8 @@ const (
 // QueryExecModeExec, so pgxpool in that mode is measured too; pgxpool with
 // one more statement in each round trip is the floor of any reset that the
 // server runs, and pgxpool in exec mode with the tenant setting in front of
-// each query the floor of ScopeTransaction.
+// each query the floor of ScopeTransaction; the same with DISCARD ALL in
+// front are their floors on a change of tenant.
 func BenchmarkTenantHandover(b *testing.B) {
 	ctx := context.Background()
 	type variant struct {
@@ -64,24 +65,35 @@ func BenchmarkTenantHandover(b *testing.B) {
 			return raw.QueryRow(ctx, "select $1::int", i%1000).Scan(&n)
 		}})
 	}
-	// The floor of any reset that the server runs: pgxpool with one more
-	// statement (the cheapest there is) in the same round trip.
-	floor := rawPool(pgx.QueryExecModeCacheStatement)
-	variants = append(variants, variant{"pgxpool + one statement", "pgxpool", func(i int64) error {
-		b := &pgx.Batch{}
-		b.Queue("select 1")
-		b.Queue("select $1::int", i%1000)
-		return floor.SendBatch(ctx, b).Close()
-	}})
-	// And ScopeTransaction's: pgxpool in its exec mode with the tenant
-	// setting alone, set_config(..., true), in front of each query.
-	execFloor := rawPool(pgx.QueryExecModeExec)
-	variants = append(variants, variant{"pgxpool (exec) + the setting", "pgxpool (exec)", func(i int64) error {
-		b := &pgx.Batch{}
-		b.Queue("select pg_catalog.set_config('app.tenant_id', 't1', true)")
-		b.Queue("select $1::int", i%1000)
-		return execFloor.SendBatch(ctx, b).Close()
-	}})
+	// Floors: pgxpool sending what the server would have to run anyway in
+	// front of each query, in the same round trip, with none of tenantdb's
+	// work on the client.
+	floor := func(name, base string, mode pgx.QueryExecMode, statements ...string) variant {
+		raw := rawPool(mode)
+		return variant{name, base, func(i int64) error {
+			b := &pgx.Batch{}
+			for _, sql := range statements {
+				b.Queue(sql)
+			}
+			b.Queue("select $1::int", i%1000)
+			return raw.SendBatch(ctx, b).Close()
+		}}
+	}
+	const setting = "select pg_catalog.set_config('app.tenant_id', 't1', true)"
+	variants = append(variants,
+		// One more statement, the cheapest there is: the floor of any
+		// reset that the server runs.
+		floor("pgxpool + one statement", "pgxpool", pgx.QueryExecModeCacheStatement, "select 1"),
+		// DISCARD ALL, and the query parsed again (exec mode): the floor
+		// of a change of tenant that keeps no statement of the previous
+		// holder's session.
+		floor("pgxpool + DISCARD ALL, parsed again", "pgxpool", pgx.QueryExecModeExec, "discard all"),
+		// ScopeTransaction's: the tenant setting alone, set_config(...,
+		// true), in front of each query, on one tenant and with a change
+		// of tenant.
+		floor("pgxpool (exec) + the setting", "pgxpool (exec)", pgx.QueryExecModeExec, setting),
+		floor("pgxpool (exec) + DISCARD ALL + the setting", "pgxpool (exec)", pgx.QueryExecModeExec, "discard all", setting),
+	)
 	sessions := []struct {
 		name    string
 		session tenantdb.Session

@@ -18,6 +18,18 @@ import (
 // a holder's SQL prepared, or replaced under one of pgx's names, survives.
 const resetStatement = "discard all"
 
+// resetMessages is resetStatement encoded once: the wire only reads an
+// armed prefix, so every connection can share it.
+var resetMessages, _ = encodeStatements([]string{resetStatement})
+
+// doneContext is a context that is already done, for the pgx calls that
+// then return at once without a word to the server.
+var doneContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // encodeStatements encodes statements as extended-protocol messages on the
 // unnamed statement, without a Sync, and returns how many there are.
 func encodeStatements(statements []string) ([]byte, int) {
@@ -48,22 +60,23 @@ func readySession(conn *pgx.Conn, tenant, values string) {
 		w.own(tenant)
 		return
 	}
-	var statements []string
+	var msgs []byte
+	n := 0
 	if handover {
 		if w.untrackedStatements() {
 			forgetStatements(conn)
 		}
-		statements = append(statements, resetStatement)
+		msgs, n = resetMessages[:len(resetMessages):len(resetMessages)], 1
 		dropNotifications(conn)
 	}
 	if values != "" {
-		statements = append(statements, values)
+		more, _ := encodeStatements([]string{values})
+		msgs, n = append(msgs, more...), n+1
 	}
-	if len(statements) == 0 {
+	if n == 0 {
 		w.own(tenant)
 		return
 	}
-	msgs, n := encodeStatements(statements)
 	if handover || !owned {
 		w.arm(msgs, n, tenant, values, handover)
 	} else {
@@ -101,9 +114,7 @@ func slowReset(ctx context.Context, conn *pgx.Conn, tenant, values string) error
 // server: pgx prepares each statement again on its next use. A context that
 // is already done makes DeallocateAll send nothing.
 func forgetStatements(conn *pgx.Conn) {
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = conn.DeallocateAll(done)
+	_ = conn.DeallocateAll(doneContext)
 }
 
 // dropNotifications discards the notifications pgx has buffered on conn for
@@ -113,10 +124,8 @@ func forgetStatements(conn *pgx.Conn) {
 // WaitForNotification returns a buffered notification or, with none left,
 // an error, without touching the connection.
 func dropNotifications(conn *pgx.Conn) {
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
 	for {
-		if _, err := conn.WaitForNotification(done); err != nil {
+		if _, err := conn.WaitForNotification(doneContext); err != nil {
 			return
 		}
 	}

@@ -27,10 +27,11 @@ import (
 
 // namedStatement is one statement that pgx prepared under a name.
 type namedStatement struct {
-	parse   []byte // the Parse message to send again: pgx's, with the parameter types once described
-	columns []byte // the result columns the server described (names, types, modifiers)
-	known   bool   // columns holds the server's first description
-	epoch   int    // the reset epoch in which the server holds it; -1 when it does not
+	parse    []byte // the Parse message to send again: pgx's, with the parameter types once described
+	describe []byte // the Describe message of the statement, sent after parse
+	columns  []byte // the result columns the server described (names, types, modifiers)
+	known    bool   // columns holds the server's first description
+	epoch    int    // the reset epoch in which the server holds it; -1 when it does not
 }
 
 // reply is a reply the server still owes, in order, for a message written
@@ -97,6 +98,7 @@ func (w *wireConn) trackWrite(p []byte) []byte {
 		case 'P':
 			if name, ok := cstring(msg, 5); ok && len(name) > 0 {
 				s := &namedStatement{parse: bytes.Clone(msg), epoch: w.epoch}
+				s.describe, _ = (&pgproto3.Describe{ObjectType: 'S', Name: string(name)}).Encode(nil)
 				w.stmts[string(name)] = s
 				w.pushReply(reply{kind: 'P', stmt: s})
 				off += size
@@ -136,7 +138,7 @@ func (w *wireConn) trackWrite(p []byte) []byte {
 			}
 			out = append(out, p[done:off]...)
 			out = append(out, use.parse...)
-			out, _ = (&pgproto3.Describe{ObjectType: 'S', Name: statementName(use)}).Encode(out)
+			out = append(out, use.describe...)
 			done = off
 			use.epoch = w.epoch
 			w.pushReply(reply{kind: 'P', ours: true, stmt: use})
@@ -254,12 +256,12 @@ func (w *wireConn) sortReply(msg []byte) []byte {
 			r := *head
 			w.popReply()
 			if r.stmt != nil && !r.portal {
-				columns := describedColumns(msg)
+				w.columns = describedColumns(w.columns[:0], msg)
 				switch {
-				case r.ours && r.stmt.known && !bytes.Equal(columns, r.stmt.columns):
+				case r.ours && r.stmt.known && !bytes.Equal(w.columns, r.stmt.columns):
 					w.poisoned = errColumnsChanged
 				case !r.ours && !r.stmt.known:
-					r.stmt.columns, r.stmt.known = columns, true
+					r.stmt.columns, r.stmt.known = bytes.Clone(w.columns), true
 				}
 			}
 			if r.ours {
@@ -299,12 +301,6 @@ func (w *wireConn) spoiled(msg []byte) []byte {
 	return msg
 }
 
-// statementName is the name in s's Parse message.
-func statementName(s *namedStatement) string {
-	name, _ := cstring(s.parse, 5)
-	return string(name)
-}
-
 // cstring reads the NUL-terminated string at off in msg.
 func cstring(msg []byte, off int) ([]byte, bool) {
 	if off > len(msg) {
@@ -339,23 +335,32 @@ func withParamTypes(parse, desc []byte) []byte {
 	return out
 }
 
-// describedColumns reduces a RowDescription to what pgx decodes by: each
-// column's name, type and type modifier (not the table it came from, which
-// differs between the schemas of two tenants). NoData is an empty result.
-func describedColumns(msg []byte) []byte {
+// describedColumns appends to dst what pgx decodes a RowDescription by:
+// each column's name, type and type modifier (not the table it came from,
+// which differs between the schemas of two tenants). NoData is an empty
+// result; an unreadable description one that matches no other.
+func describedColumns(dst, msg []byte) []byte {
 	if msg[0] != 'T' {
-		return []byte{}
+		return dst
 	}
-	var rd pgproto3.RowDescription
-	if rd.Decode(msg[5:]) != nil {
-		return []byte("unreadable")
+	body := msg[5:]
+	if len(body) < 2 {
+		return append(dst, "unreadable"...)
 	}
-	out := []byte{}
-	for _, f := range rd.Fields {
-		out = append(out, f.Name...)
-		out = append(out, 0)
-		out = binary.BigEndian.AppendUint32(out, f.DataTypeOID)
-		out = binary.BigEndian.AppendUint32(out, uint32(f.TypeModifier))
+	n := int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	for range n {
+		name, ok := cstring(body, 0)
+		// After the name: table OID (4), column (2), type OID (4), size
+		// (2), type modifier (4), format (2).
+		if !ok || len(body) < len(name)+1+18 {
+			return append(dst[:0], "unreadable"...)
+		}
+		field := body[len(name)+1:]
+		dst = append(append(dst, name...), 0)
+		dst = append(dst, field[6:10]...)  // type OID
+		dst = append(dst, field[12:16]...) // type modifier
+		body = field[18:]
 	}
-	return out
+	return dst
 }

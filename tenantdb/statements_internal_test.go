@@ -162,3 +162,39 @@ func TestUnreadableWriteStopsRecreation(t *testing.T) {
 		t.Fatalf("%d statements kept after the loss", len(w.stmts))
 	}
 }
+
+// TestDescribedColumns checks what a re-created statement's columns are
+// compared by: names, types and type modifiers count; the table a column
+// came from (which differs between two tenants' schemas) and the format do
+// not; a truncated description matches no readable one.
+func TestDescribedColumns(t *testing.T) {
+	rd := func(fields ...pgproto3.FieldDescription) []byte {
+		return encode(t, &pgproto3.RowDescription{Fields: fields})
+	}
+	f := func(name string, table, typ uint32, mod int32) pgproto3.FieldDescription {
+		return pgproto3.FieldDescription{Name: []byte(name), TableOID: table, DataTypeOID: typ, TypeModifier: mod, DataTypeSize: -1}
+	}
+	base := describedColumns(nil, rd(f("id", 1, 23, -1), f("price", 1, 1700, 655366)))
+	if len(base) == 0 {
+		t.Fatal("no columns read")
+	}
+	same := rd(f("id", 2, 23, -1), f("price", 2, 1700, 655366))
+	if got := describedColumns(nil, same); !bytes.Equal(got, base) {
+		t.Errorf("another table's columns of the same names and types differ: %q vs %q", got, base)
+	}
+	for name, other := range map[string][]byte{
+		"type":      rd(f("id", 1, 20, -1), f("price", 1, 1700, 655366)),
+		"modifier":  rd(f("id", 1, 23, -1), f("price", 1, 1700, 655367)),
+		"name":      rd(f("id", 1, 23, -1), f("cost", 1, 1700, 655366)),
+		"a column":  rd(f("id", 1, 23, -1)),
+		"no data":   encode(t, &pgproto3.NoData{}),
+		"truncated": same[:len(same)-3],
+	} {
+		if got := describedColumns(nil, other); bytes.Equal(got, base) {
+			t.Errorf("%s: the columns compare equal to the original's", name)
+		}
+	}
+	if got := describedColumns([]byte("old"), encode(t, &pgproto3.NoData{})); string(got) != "old" {
+		t.Errorf("NoData appended %q", got)
+	}
+}

@@ -57,10 +57,11 @@ type wireConn struct {
 	epoch     int     // counts the resets that dropped the server's statements
 	replies   []reply // from replyHead on: owed, oldest first
 	replyHead int
-	poisoned  error // a re-created statement's columns changed: its group's replies become this error
-	untracked bool  // a write could not be read: statements are not re-created until the next reset
-	startup   bool  // pgx's next message is the untyped startup message
-	scanLeft  int   // bytes of a message of pgx's that an earlier write began, still to come
+	poisoned  error  // a re-created statement's columns changed: its group's replies become this error
+	untracked bool   // a write could not be read: statements are not re-created until the next reset
+	startup   bool   // pgx's next message is the untyped startup message
+	scanLeft  int    // bytes of a message of pgx's that an earlier write began, still to come
+	columns   []byte // scratch for the columns of a description being compared
 
 	reading  bool      // a reader owns rbuf, out and the pass fields; guarded by mu
 	cond     sync.Cond // on mu: signalled when reading or awaiting ends
