@@ -131,6 +131,10 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // only judged inflated on at least minInflatedSamples holds: a smaller one
 // that is goes on until it has them (or a hold within tolerance).
 //
+// An inflated window above a limit of one that has a hold no other permit of
+// the tenant ran beside, itself inflated, takes that hold as the baseline
+// and is judged by its other holds (see outsideSlowdown).
+//
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
 // above its floor is sent there for one window (a probe) to get one.
@@ -153,6 +157,12 @@ type adaptiveLimit struct {
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
 	peak                   int   // most permits held at once in the window
+	// soloMin and sharedMin are the shortest holds in the window of permits
+	// held alone (no other permit of the tenant at any time while held) and
+	// of the others, 0 if none; overlapped says whether the tenant held two
+	// or more at once since it last held none.
+	soloMin, sharedMin int64
+	overlapped         bool
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
@@ -177,6 +187,7 @@ func (a *adaptiveLimit) granted(inUse int) {
 	if inUse > a.peak {
 		a.peak = inUse
 	}
+	a.overlapped = inUse > 1 // at one, the tenant held none before
 }
 
 // observe feeds one released permit: granted at start, held for hold ns,
@@ -199,6 +210,11 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if a.n == 1 || hold < a.winMin {
 		a.winMin = hold
 	}
+	if inUse == 0 && !a.overlapped {
+		a.soloMin = minHold(a.soloMin, hold)
+	} else {
+		a.sharedMin = minHold(a.sharedMin, hold)
+	}
 	old := a.limit
 	if a.n < old {
 		// An early cut: once more than half of a window's samples are in
@@ -209,8 +225,11 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		if old <= floor || 2*a.n <= old || a.n < minInflatedSamples || a.winMin <= a.tolerated(cfg) {
 			return old
 		}
+		if a.outsideSlowdown(cfg, now) && a.winMin <= a.tolerated(cfg) {
+			return old
+		}
 		a.cutTowards(floor, a.tolerated(cfg))
-		a.n, a.peak = 0, inUse
+		a.endWindow(inUse)
 		a.prevChanged, a.changed, a.cut = a.changed, now, true
 		return a.limit
 	}
@@ -221,6 +240,9 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// A window at the floor measures the baseline again: a probe's, or
 		// that of a tenant that never needed more.
 		a.baseline, a.measured, a.baseLimit, stale = a.winMin, now, old, false
+	}
+	if !stale && old > 1 && a.winMin > a.tolerated(cfg) {
+		a.outsideSlowdown(cfg, now)
 	}
 	tolerated := a.tolerated(cfg)
 	if !stale && a.winMin > tolerated && a.n < minInflatedSamples && old > 1 {
@@ -254,11 +276,44 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	default:
 		a.wait = max(0, a.wait-1)
 	}
-	a.n, a.peak = 0, inUse
+	a.endWindow(inUse)
 	if a.limit != old {
 		a.prevChanged, a.changed, a.cut = a.changed, now, a.limit < old
 	}
 	return a.limit
+}
+
+// outsideSlowdown is called on an inflated window above a limit of one. If
+// the window has a hold that no other permit of the tenant ran beside, and
+// that hold is inflated too, the tenant's own concurrency cannot have caused
+// it (others' load did): it becomes the baseline, as a hold at a limit of
+// one does, and the window is judged by its other holds against it (winMin
+// becomes the shortest of them). Without it a tenant whose requests seldom
+// overlap (a quiet tenant's short reads beside another tenant's scans) was
+// cut for others' load, and its requests queued at its own gate. It reports
+// whether the baseline was taken.
+func (a *adaptiveLimit) outsideSlowdown(cfg *Adaptive, now int64) bool {
+	if a.soloMin == 0 || a.soloMin <= a.tolerated(cfg) {
+		return false
+	}
+	a.baseline, a.measured, a.baseLimit = a.soloMin, now, 1
+	a.winMin = a.soloMin
+	if a.sharedMin > 0 {
+		a.winMin = a.sharedMin
+	}
+	return true
+}
+
+// endWindow starts a new window, with inUse permits held.
+func (a *adaptiveLimit) endWindow(inUse int) {
+	a.n, a.peak, a.soloMin, a.sharedMin = 0, inUse, 0, 0
+}
+
+func minHold(m, hold int64) int64 {
+	if m == 0 || hold < m {
+		return hold
+	}
+	return m
 }
 
 // tolerated is the longest hold, in ns, not taken for queueing at the

@@ -744,3 +744,78 @@ func TestAdaptiveLimitSeveralCPUBoundTenantsLearnAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// simulateOpenLoop runs requests that arrive every `every` through a
+// controller and a FIFO queue at its limit, as the Gate does: request i,
+// granted when n permits are held with it, is held for hold(i, n). It
+// returns how many requests waited at the limit and their mean hold.
+func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, every time.Duration, hold func(i, n int) time.Duration) (waited int, held time.Duration) {
+	type permit struct{ start, end int64 }
+	var inUse []permit
+	var queue []int64 // arrival times
+	now, next, arrived := int64(1), int64(1), 0
+	var holdSum int64
+	grant := func() {
+		for len(queue) > 0 && len(inUse) < a.limit {
+			if now > queue[0] {
+				waited++
+			}
+			i := arrived - len(queue)
+			queue = queue[1:]
+			a.granted(len(inUse) + 1)
+			h := int64(hold(i, len(inUse)+1))
+			holdSum += h
+			inUse = append(inUse, permit{start: now, end: now + h})
+		}
+	}
+	for arrived < requests || len(inUse) > 0 || len(queue) > 0 {
+		k := -1
+		for j := range inUse {
+			if k < 0 || inUse[j].end < inUse[k].end {
+				k = j
+			}
+		}
+		if arrived < requests && (k < 0 || next <= inUse[k].end) {
+			now = next
+			queue = append(queue, now)
+			arrived++
+			next += int64(every)
+		} else {
+			p := inUse[k]
+			now = p.end
+			inUse = append(inUse[:k], inUse[k+1:]...)
+			a.observe(p.start, p.end-p.start, now, len(inUse), &cfg, floor, cap)
+		}
+		grant()
+	}
+	return waited, time.Duration(holdSum / int64(requests))
+}
+
+// TestAdaptiveLimitQuietTenantIsNotCutForOthersLoad: a quiet tenant reads
+// every 5 ms; its reads take 0.5 ms alone, then others' scans slow them
+// eightfold, one in four waits out a scheduler slice (9 ms) so that the next
+// read runs beside it, and one in ten finds the core free between two scans
+// (0.5 ms, which lowers the baseline again); running two at once adds only
+// 0.5 ms. Its holds were inflated at two and it was cut to one, so 10% of
+// its reads queued at its own gate behind a slow one. Reads that ran with
+// none of its own beside them were as slow: its own concurrency did not
+// cause the inflation, so they become the baseline and nothing is cut.
+func TestAdaptiveLimitQuietTenantIsNotCutForOthersLoad(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	a := newAdaptiveLimit(1, 1)
+	simulateOpenLoop(a, cfg, 1, 10, 200, 5*time.Millisecond, func(int, int) time.Duration { return 500 * time.Microsecond })
+	waited, held := simulateOpenLoop(a, cfg, 1, 10, 2000, 5*time.Millisecond, func(i, n int) time.Duration {
+		d := 4 * time.Millisecond
+		switch {
+		case i%4 == 0:
+			d = 9 * time.Millisecond
+		case i%10 == 5:
+			d = 500 * time.Microsecond // between two scans, the core was free
+		}
+		return d + time.Duration(n-1)*500*time.Microsecond
+	})
+	if waited > 2000/100 {
+		t.Fatalf("%d of 2000 reads waited at the quiet tenant's own limit (mean hold %v, limit now %d), want at most 1%%: its p99", waited, held, a.limit)
+	}
+}

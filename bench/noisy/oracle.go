@@ -266,6 +266,7 @@ func runOracle(ctx context.Context, env *environment, name string) ([]result, er
 // tenant's effective limit every 10 ms and when each quiet read completed.
 func oracleBurst(ctx context.Context, p *tenantdb.Pool, w oracleWorkload, scans int, traced bool) (oracleRun, error) {
 	alone := cpuReads(ctx, p, cpuUnloadedN/3, nil)
+	before := p.TenantStat("quiet")
 	var noisy outcome
 	var mu sync.Mutex
 	done := make(chan struct{})
@@ -300,6 +301,9 @@ func oracleBurst(ctx context.Context, p *tenantdb.Pool, w oracleWorkload, scans 
 	quiet := cpuReads(ctx, p, 0, done)
 	<-done
 	makespan := time.Since(start)
+	if after := p.TenantStat("quiet"); traced {
+		progress("quiet tenant: %d reads, %v waiting for admission in all (its own limit, or the shared pool)", after.Acquired-before.Acquired, (after.WaitTime - before.WaitTime).Round(time.Microsecond))
+	}
 	samples := <-sampled
 	var ls []int
 	for _, s := range samples {
