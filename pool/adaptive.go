@@ -131,6 +131,10 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // only judged inflated on at least minInflatedSamples holds: a smaller one
 // that is goes on until it has them (or a hold within tolerance).
 //
+// A window above a limit of two that the tenant kept busy throughout (its
+// whole limit held, no hold alone) lasts its mean hold; one that took longer
+// than the tolerated hold is cut as an inflated one is (see busySpan).
+//
 // An inflated window above a limit of one that has a hold no other permit of
 // the tenant ran beside, itself inflated, takes that hold as the baseline
 // and is judged by its other holds (see outsideSlowdown).
@@ -163,12 +167,17 @@ type adaptiveLimit struct {
 	// or more at once since it last held none.
 	soloMin, sharedMin int64
 	overlapped         bool
+	// winStart is the clock when the window began, 0 if it began at a cut
+	// (its permits then wait for the older ones to drain); drained says
+	// whether the tenant held fewer than its limit at a release in it.
+	winStart int64
+	drained  bool
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
 // slow start, with no baseline.
 func newAdaptiveLimit(floor int, now int64) *adaptiveLimit {
-	return &adaptiveLimit{limit: floor, slowStart: true, measured: now}
+	return &adaptiveLimit{limit: floor, slowStart: true, measured: now, winStart: now}
 }
 
 // bound keeps the limit within [floor, cap] after either changed.
@@ -207,6 +216,9 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		return a.limit
 	}
 	a.n++
+	if inUse+1 < a.limit {
+		a.drained = true
+	}
 	if a.n == 1 || hold < a.winMin {
 		a.winMin = hold
 	}
@@ -229,8 +241,9 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 			return old
 		}
 		a.cutTowards(floor, a.tolerated(cfg))
-		a.endWindow(inUse)
+		a.endWindow(inUse, now, old)
 		a.prevChanged, a.changed, a.cut = a.changed, now, true
+		a.winStart = 0
 		return a.limit
 	}
 
@@ -271,14 +284,22 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		}
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
+	case old > 2 && a.busySpan(now) > tolerated:
+		// Busy throughout, the window took longer than a tolerated hold:
+		// its holds were inflated on average, whatever its shortest.
+		a.winMin = a.busySpan(now)
+		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
 		a.grow(cap)
 	default:
 		a.wait = max(0, a.wait-1)
 	}
-	a.endWindow(inUse)
+	a.endWindow(inUse, now, old)
 	if a.limit != old {
 		a.prevChanged, a.changed, a.cut = a.changed, now, a.limit < old
+		if a.cut {
+			a.winStart = 0
+		}
 	}
 	return a.limit
 }
@@ -304,9 +325,24 @@ func (a *adaptiveLimit) outsideSlowdown(cfg *Adaptive, now int64) bool {
 	return true
 }
 
-// endWindow starts a new window, with inUse permits held.
-func (a *adaptiveLimit) endWindow(inUse int) {
+// busySpan is how long the window has taken if the tenant held its whole
+// limit throughout it (a backlog, and no hold alone), else 0. Releasing as
+// many permits as it holds, such a window lasts its mean hold (Little's law),
+// which a few short holds cannot hide as they hide the shortest: a tenant
+// that sends scans and waits in turn always has a wait there that does not
+// inflate, while the scans beside it queue the core.
+func (a *adaptiveLimit) busySpan(now int64) int64 {
+	if a.winStart == 0 || a.drained || a.soloMin != 0 || a.peak < a.limit {
+		return 0
+	}
+	return now - a.winStart
+}
+
+// endWindow starts a new window at now, with inUse permits held after a
+// release at limit old (one less than old if the tenant was busy).
+func (a *adaptiveLimit) endWindow(inUse int, now int64, old int) {
 	a.n, a.peak, a.soloMin, a.sharedMin = 0, inUse, 0, 0
+	a.winStart, a.drained = now, inUse+1 < old
 }
 
 func minHold(m, hold int64) int64 {
