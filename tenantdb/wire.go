@@ -62,6 +62,7 @@ type wireConn struct {
 	startup   bool   // pgx's next message is the untyped startup message
 	scanLeft  int    // bytes of a message of pgx's that an earlier write began, still to come
 	columns   []byte // scratch for the columns of a description being compared
+	held      []byte // notifications read after every reply owed; dropped by a change of tenant
 
 	reading  bool      // a reader owns rbuf, out and the pass fields; guarded by mu
 	cond     sync.Cond // on mu: signalled when reading or awaiting ends
@@ -102,6 +103,9 @@ var errResetNotConfirmed = errors.New("tenantdb: the session reset was not confi
 func (w *wireConn) arm(msgs []byte, execs int, tenant, values string, discards bool) {
 	w.mu.Lock()
 	w.prefix, w.execs, w.pending, w.owned, w.used, w.discards = msgs, execs, tenant, false, true, discards
+	if discards {
+		w.held = nil // the previous holder's notifications
+	}
 	w.pendingV = values
 	w.awaiting, w.synced, w.failed, w.values, w.riding = false, false, nil, false, false
 	w.stale, w.skipped, w.undone = false, false, false
@@ -348,7 +352,7 @@ func (w *wireConn) Read(p []byte) (int, error) {
 	}
 	w.beginRead()
 	defer w.endRead()
-	for len(w.out) == 0 {
+	for len(w.out) == 0 && !w.releaseHeld() {
 		// Always through step, which looks at the bytes only once they
 		// have arrived: a read that began before a reset was written
 		// still sorts the reset's replies out.
@@ -363,6 +367,20 @@ func (w *wireConn) Read(p []byte) (int, error) {
 		w.out = w.out[n:]
 	}
 	return n, nil
+}
+
+// releaseHeld passes the held notifications to pgx, which reads again
+// while the session is still its holder's (a change of tenant drops them),
+// and reports whether there were any. Called by the reader.
+func (w *wireConn) releaseHeld() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.held) == 0 {
+		return false
+	}
+	w.out = append(w.out, w.held...)
+	w.held = w.held[:0]
+	return true
 }
 
 // readSize is how much one read from the connection asks for at least.
@@ -406,6 +424,11 @@ func (w *wireConn) step() error {
 		msg := w.rbuf[:size]
 		if awaiting {
 			w.reply(msg)
+		} else if msg[0] == 'A' && w.owed() == 0 && !w.untracked {
+			// A notification after the last reply owed: pgx would buffer
+			// it with that reply and hand it to the next holder. It waits
+			// until pgx reads again (see releaseHeld).
+			w.held = append(w.held, msg...)
 		} else {
 			kept := w.sortReply(msg)
 			if w.watch {

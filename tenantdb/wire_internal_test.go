@@ -113,3 +113,56 @@ func concat(t *testing.T, msgs ...pgproto3.BackendMessage) []byte {
 	}
 	return b
 }
+
+// TestNotificationAfterTheLastReplyWaitsForTheHolder: a notification that
+// the server sends right after a statement's ReadyForQuery, read in the same
+// chunk, would sit in pgx's buffer when the connection is released and reach
+// the next holder. The wire keeps it back: the holder gets it when it reads
+// again, and a change of tenant drops it.
+func TestNotificationAfterTheLastReplyWaitsForTheHolder(t *testing.T) {
+	for _, handover := range []bool{false, true} {
+		client, server := net.Pipe()
+		w := &wireConn{Conn: client, stmts: map[string]*namedStatement{}}
+		w.cond.L = &w.mu
+		query := mustEncode(t, &pgproto3.Query{String: "select 1"})
+		replies := concat(t, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+		note := concat(t, &pgproto3.NotificationResponse{PID: 1, Channel: "secrets", Payload: "of tenant a"})
+		go func() {
+			buf := make([]byte, len(query))
+			if _, err := io.ReadFull(server, buf); err != nil {
+				return
+			}
+			server.Write(append(append([]byte(nil), replies...), note...)) // one chunk
+		}()
+		if _, err := w.Write(query); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1024)
+		n, err := w.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(buf[:n]) != string(replies) {
+			t.Fatalf("pgx read %q with the query's replies, want them alone %q", buf[:n], replies)
+		}
+		if handover {
+			w.arm(mustEncode(t, &pgproto3.Query{String: "reset"}), 1, "b", "", true)
+			w.mu.Lock()
+			held := len(w.held)
+			w.mu.Unlock()
+			if held != 0 {
+				t.Errorf("a change of tenant kept %d bytes of the previous holder's notification", held)
+			}
+		} else {
+			n, err := w.Read(buf) // the holder reads on, as WaitForNotification does
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(buf[:n]) != string(note) {
+				t.Errorf("the holder read %q, want its notification %q", buf[:n], note)
+			}
+		}
+		client.Close()
+		server.Close()
+	}
+}
