@@ -71,12 +71,7 @@ func BenchmarkTenantHandover(b *testing.B) {
 	floor := func(name, base string, mode pgx.QueryExecMode, statements ...string) variant {
 		raw := rawPool(mode)
 		return variant{name, base, func(i int64) error {
-			b := &pgx.Batch{}
-			for _, sql := range statements {
-				b.Queue(sql)
-			}
-			b.Queue("select $1::int", i%1000)
-			return raw.SendBatch(ctx, b).Close()
+			return queryAfter(ctx, raw, statements, i%1000)
 		}}
 	}
 	const setting = "select pg_catalog.set_config('app.tenant_id', 't1', true)"
@@ -171,6 +166,17 @@ func BenchmarkTenantHandover(b *testing.B) {
 		fmt.Println(table.String()) // b.Log would keep only the first lines without -v
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// queryAfter runs the hand-over query on p with statements in front of it,
+// in one batch: one round trip.
+func queryAfter(ctx context.Context, p *pgxpool.Pool, statements []string, i int64) error {
+	b := &pgx.Batch{}
+	for _, sql := range statements {
+		b.Queue(sql)
+	}
+	b.Queue("select $1::int", i)
+	return p.SendBatch(ctx, b).Close()
 }
 
 // modeName names the exec modes other than pgx's default.

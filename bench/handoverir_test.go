@@ -66,12 +66,7 @@ func BenchmarkHandoverServerInstructions(b *testing.B) {
 					var n int
 					return p.QueryRow(ctx, "select $1::int", i).Scan(&n)
 				}
-				batch := &pgx.Batch{}
-				for _, sql := range statements {
-					batch.Queue(sql)
-				}
-				batch.Queue("select $1::int", i)
-				return p.SendBatch(ctx, batch).Close()
+				return queryAfter(ctx, p, statements, int64(i))
 			}, p, p.Close
 		}
 	}

@@ -257,7 +257,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if !stale && old > 1 && a.winMin > a.tolerated(cfg) {
 		a.outsideSlowdown(cfg, now)
 	}
-	tolerated := a.tolerated(cfg)
+	tolerated, busy := a.tolerated(cfg), a.busySpan(now)
 	if !stale && a.winMin > tolerated && a.n < minInflatedSamples && old > 1 {
 		// Too few samples to call the holds inflated: one or two slow
 		// holds happen to any tenant on a busy database. The window goes
@@ -284,10 +284,10 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		}
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
-	case old > 2 && a.busySpan(now) > tolerated:
+	case old > 2 && busy > tolerated:
 		// Busy throughout, the window took longer than a tolerated hold:
 		// its holds were inflated on average, whatever its shortest.
-		a.winMin = a.busySpan(now)
+		a.winMin = busy
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
 		a.grow(cap)

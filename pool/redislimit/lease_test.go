@@ -181,19 +181,8 @@ func TestRedisPausedPastTTLRevokesOnTime(t *testing.T) {
 	const ttl = time.Second
 	l := newLimiter(t, Config{Client: slow, Mode: FailClosed, LeaseTTL: ttl, RenewEvery: 200 * time.Millisecond,
 		OpTimeout: 100 * time.Millisecond, RecheckEvery: 100 * time.Millisecond})
-	// Redis is up, but on this loaded machine a take (the first one dials
-	// and loads the script) may miss the 100ms OpTimeout; FailClosed then
-	// refuses until a probe succeeds. Try again: the scenario starts with a
-	// lease held and a healthy limiter.
-	var s *lease
-	eventually(t, 30*time.Second, "a lease while Redis is up", func() bool {
-		got, err := l.AcquireSlot(context.Background(), "acme", 1, 0)
-		if err != nil {
-			return false
-		}
-		s = got.(*lease)
-		return true
-	})
+	// The scenario starts with a lease held and a healthy limiter.
+	s := leaseWhenUp(t, l, 1)
 	eventually(t, 10*time.Second, "a renewal, healthy", func() bool {
 		st := l.Stats()
 		return st.Renewals > 0 && st.Healthy

@@ -216,3 +216,28 @@ func assertNothingHeld(t testing.TB, c redis.UniversalClient, prefix string, wit
 }
 
 func isOverLimit(err error) bool { return errors.Is(err, pool.ErrOverLimit) }
+
+// leaseWhenUp takes a lease of tenant "acme" under limit, trying again while
+// the limiter refuses: on a loaded machine a take may miss a short OpTimeout
+// (the first one dials and loads the script), and FailClosed then refuses
+// until a probe succeeds.
+func leaseWhenUp(t testing.TB, l *Limiter, limit int) *lease {
+	t.Helper()
+	var s *lease
+	eventually(t, 30*time.Second, "a lease while Redis is up", func() bool {
+		got, err := l.AcquireSlot(context.Background(), "acme", limit, 0)
+		if err != nil {
+			return false
+		}
+		s = got.(*lease)
+		return true
+	})
+	return s
+}
+
+// validUntil is when s stops being valid, as l last renewed it.
+func validUntil(l *Limiter, s *lease) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.validUntil
+}

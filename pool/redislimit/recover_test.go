@@ -46,20 +46,8 @@ func TestRedisDegradedRenewsAsSoonAsRedisAnswers(t *testing.T) {
 
 	counted := 0
 	for trial := 1; counted < want && trial <= 3*want; trial++ {
-		var s *lease
-		eventually(t, 30*time.Second, "a lease while Redis is up", func() bool {
-			got, err := l.AcquireSlot(ctx, "acme", 10, 0)
-			if err != nil {
-				return false
-			}
-			s = got.(*lease)
-			return true
-		})
-		validUntil := func() time.Time {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return s.validUntil
-		}
+		s := leaseWhenUp(t, l, 10)
+		validUntil := func() time.Time { return validUntil(l, s) }
 		// Start the pause right after a renewal: the next one fails.
 		taken := validUntil()
 		eventually(t, 10*time.Second, "a renewal, healthy", func() bool {
@@ -109,21 +97,9 @@ func TestRedisShortPauseNeverRevokes(t *testing.T) {
 	admin := newClient(t, r.Addr)
 	l := newLimiter(t, Config{Client: newClient(t, r.Addr), Mode: FailClosed, LeaseTTL: time.Second})
 	ctx := context.Background()
-	var s *lease
-	eventually(t, 30*time.Second, "a lease while Redis is up", func() bool {
-		got, err := l.AcquireSlot(ctx, "acme", 10, 0)
-		if err != nil {
-			return false
-		}
-		s = got.(*lease)
-		return true
-	})
+	s := leaseWhenUp(t, l, 10)
 	defer s.Release()
-	validUntil := func() time.Time {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return s.validUntil
-	}
+	validUntil := func() time.Time { return validUntil(l, s) }
 	const trials = 7
 	for i := range trials {
 		before := validUntil()
