@@ -93,6 +93,9 @@ func BenchmarkTenantHandover(b *testing.B) {
 		// of a change of tenant that keeps no statement of the previous
 		// holder's session.
 		floor("pgxpool + DISCARD ALL, parsed again", "pgxpool", pgx.QueryExecModeExec, "discard all"),
+		// ScopeSession's on a change of tenant: the same with the SET of
+		// the tenant's value after the reset.
+		floor("pgxpool + DISCARD ALL + SET, parsed again", "pgxpool", pgx.QueryExecModeExec, "discard all", sessionSet),
 		// ScopeTransaction's: the tenant setting alone, set_config(...,
 		// true), in front of each query, on one tenant and with a change
 		// of tenant.
@@ -181,6 +184,10 @@ func BenchmarkTenantHandover(b *testing.B) {
 	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// sessionSet is the statement ScopeSession sends after the reset of a
+// change of tenant, for tenant t1.
+const sessionSet = `set "app"."tenant_id" to E't1'`
 
 // pinnedSetting is the statement ScopeTransaction sends in a transaction
 // on a session that may have changed, for tenant t1 and the benchmark

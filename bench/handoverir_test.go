@@ -98,6 +98,7 @@ func BenchmarkHandoverServerInstructions(b *testing.B) {
 		{"pgxpool (exec)", raw(pgx.QueryExecModeExec)},
 		{"pgxpool + one statement", raw(pgx.QueryExecModeCacheStatement, "select 1")},
 		{"pgxpool + DISCARD ALL, parsed again", raw(pgx.QueryExecModeExec, "discard all")},
+		{"pgxpool + DISCARD ALL + SET, parsed again", raw(pgx.QueryExecModeExec, "discard all", sessionSet)},
 		{"pgxpool (exec) + the setting", raw(pgx.QueryExecModeExec, setting)},
 		{"pgxpool (exec) + DISCARD ALL + the setting", raw(pgx.QueryExecModeExec, "discard all", setting)},
 		{"pgxpool (exec) + the setting and pins", raw(pgx.QueryExecModeExec, pinnedSetting)},
