@@ -24,11 +24,12 @@ const directKey = "tenantdb.direct"
 
 // connect is the pgxpool AfterConnect hook. It checks the login role's
 // default settings against the first connection's (see roleDefaults), in one
-// round trip per new connection. Under ScopeTransaction it learns
-// the login role's default search_path, in one round trip per new
-// connection: its reset value, which a session-level SET cannot change,
-// since behind a transaction pooler a new client connection can land on a
-// server connection whose session another client changed. Under
+// round trip per new connection. Under ScopeTransaction it learns, in one
+// round trip per new connection, whether the connection is direct (see
+// directKey) and the login role's default search_path: its reset value,
+// which a session-level SET cannot change, since behind a transaction
+// pooler a new client connection can land on a server connection whose
+// session another client changed. Under
 // ScopeSession with something to set, the pool's first connection checks
 // whether a proxy stands between it and the server, and warns that
 // ScopeSession needs session pooling there.

@@ -135,7 +135,7 @@ func (s *sessionSetup) values(tenant string, local, pin bool, defaultPath string
 		if err != nil {
 			return nil, err
 		}
-		if role != "none" || !local || pin {
+		if role != "none" || !local || pin { // without pin, the login role ("none") is the session's already
 			exprs = append(exprs, setConfig("role", quoteLiteral(role), local))
 		}
 	}
@@ -152,7 +152,7 @@ func (s *sessionSetup) values(tenant string, local, pin bool, defaultPath string
 		}
 		switch {
 		case local && path == "" && !pin:
-			// The session's own default, which the caller vouches for.
+			// The caller knows the session holds its default already.
 		case local && path == "":
 			exprs = append(exprs, setConfig("search_path", quoteLiteral(defaultPath), true))
 		case local:
