@@ -39,8 +39,9 @@ const (
 // QueryExecModeExec, so pgxpool in that mode is measured too; pgxpool with
 // one more statement in each round trip is the floor of any reset that the
 // server runs, and pgxpool in exec mode with the tenant setting in front of
-// each query the floor of ScopeTransaction; the same with DISCARD ALL in
-// front are their floors on a change of tenant.
+// each query the floor of ScopeTransaction (with the role and search_path
+// pins too, its floor on one tenant); the same with DISCARD ALL in front
+// are their floors on a change of tenant.
 func BenchmarkTenantHandover(b *testing.B) {
 	ctx := context.Background()
 	type variant struct {
@@ -49,13 +50,22 @@ func BenchmarkTenantHandover(b *testing.B) {
 		run  func(i int64) error
 	}
 	var variants []variant
+	// One pgxpool per mode serves pgxpool and its floors, which leave
+	// nothing in a session (DISCARD ALL empties it, set_config(..., true)
+	// ends with the transaction): a pool each would take more connections
+	// than PostgreSQL's default max_connections of 100.
+	raws := map[pgx.QueryExecMode]*pgxpool.Pool{}
 	rawPool := func(mode pgx.QueryExecMode) *pgxpool.Pool {
+		if raw, ok := raws[mode]; ok {
+			return raw
+		}
 		cfg := handoverConfig(b, mode)
 		raw, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(raw.Close)
+		raws[mode] = raw
 		return raw
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
@@ -88,6 +98,10 @@ func BenchmarkTenantHandover(b *testing.B) {
 		// of tenant.
 		floor("pgxpool (exec) + the setting", "pgxpool (exec)", pgx.QueryExecModeExec, setting),
 		floor("pgxpool (exec) + DISCARD ALL + the setting", "pgxpool (exec)", pgx.QueryExecModeExec, "discard all", setting),
+		// ScopeTransaction's on one tenant: the setting with issue 25's
+		// role and search_path pins, which every transaction on a session
+		// the tenant's own SQL may have changed carries.
+		floor("pgxpool (exec) + the setting and pins", "pgxpool (exec)", pgx.QueryExecModeExec, pinnedSetting),
 	)
 	sessions := []struct {
 		name    string
@@ -167,6 +181,12 @@ func BenchmarkTenantHandover(b *testing.B) {
 	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// pinnedSetting is the statement ScopeTransaction sends in a transaction
+// on a session that may have changed, for tenant t1 and the benchmark
+// role's default search_path: the setting, the role and the search_path.
+const pinnedSetting = `select pg_catalog.set_config('role', E'none', true), pg_catalog.set_config('app.tenant_id', E't1', true), ` +
+	`pg_catalog.set_config('search_path', E'"$user", public, pg_temp', true)`
 
 // queryAfter runs the hand-over query on p with statements in front of it,
 // in one batch: one round trip.

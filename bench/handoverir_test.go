@@ -100,6 +100,7 @@ func BenchmarkHandoverServerInstructions(b *testing.B) {
 		{"pgxpool + DISCARD ALL, parsed again", raw(pgx.QueryExecModeExec, "discard all")},
 		{"pgxpool (exec) + the setting", raw(pgx.QueryExecModeExec, setting)},
 		{"pgxpool (exec) + DISCARD ALL + the setting", raw(pgx.QueryExecModeExec, "discard all", setting)},
+		{"pgxpool (exec) + the setting and pins", raw(pgx.QueryExecModeExec, pinnedSetting)},
 		{"tenantdb, same tenant", pool(tenantdb.Session{}, 1)},
 		{"tenantdb, a change of tenant per query", pool(tenantdb.Session{}, 2)},
 		{"ScopeSession, same tenant", pool(sessionScope, 1)},

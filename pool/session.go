@@ -59,7 +59,10 @@ const (
 	// role) and the search_path (SearchPath's, or the login role's default,
 	// with pg_temp last), so that what a session-level statement left on a
 	// server connection (SET ROLE, SET search_path, a temporary table)
-	// cannot change what the next tenant's statements read there. It needs
+	// cannot change what the next tenant's statements read there. On a
+	// direct connection the transaction right after a change of tenant is
+	// not pinned to the login role's defaults: the reset in front of it has
+	// just restored them (see tenantdb.Pool). It needs
 	// the pgx.ConnConfig's DefaultQueryExecMode to be QueryExecModeExec or
 	// QueryExecModeSimpleProtocol (tenantdb.New checks).
 	// Exec, Query, QueryRow, SendBatch, Begin and BeginTx, on a tenantdb.Pool

@@ -15,6 +15,13 @@ import (
 // was opened.
 const defaultPathKey = "tenantdb.defaultPath"
 
+// directKey names, in a connection's pgconn CustomData, whether the
+// connection reaches the server without a pooler between them (see
+// behindProxy), learned when it was opened under ScopeTransaction. Only
+// then is a reset and the statement after it sure to run in one server
+// session: a transaction pooler may run them on two.
+const directKey = "tenantdb.direct"
+
 // connect is the pgxpool AfterConnect hook. It checks the login role's
 // default settings against the first connection's (see roleDefaults), in one
 // round trip per new connection. Under ScopeTransaction it learns
@@ -31,15 +38,17 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if s.transactional() {
 		var path string
+		var pid uint32
 		// The operator is named by schema: behind a transaction pooler
 		// the session may be another client's, whose search_path can put
 		// another "=" first.
-		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings where name operator(pg_catalog.=) 'search_path'",
-			pgx.QueryExecModeSimpleProtocol).Scan(&path)
+		err := conn.QueryRow(ctx, "select reset_val, pg_catalog.pg_backend_pid() from pg_catalog.pg_settings "+
+			"where name operator(pg_catalog.=) 'search_path'", pgx.QueryExecModeSimpleProtocol).Scan(&path, &pid)
 		if err != nil {
 			return fmt.Errorf("tenantdb: read the login role's default search_path: %w", err)
 		}
 		conn.PgConn().CustomData()[defaultPathKey] = tempLast(path)
+		conn.PgConn().CustomData()[directKey] = pid == conn.PgConn().PID()
 		return nil
 	}
 	if s.cfg.Scope != ScopeSession || !sessionEnabled(s.cfg) || s.probed.Swap(true) {
@@ -104,14 +113,21 @@ func splitPath(path string) []string {
 }
 
 // localStatement returns the statement that sets tenant's values for the
-// current transaction on conn, pinning the role and the search_path.
+// current transaction on conn, pinning the role and the search_path, or ""
+// when there is nothing to set. The pins are left out where the server
+// session is known to hold the login role's defaults: on a direct
+// connection (see directKey) whose next write carries the reset, since
+// the server runs the statement in the session it has just reset, or skips
+// it if the reset fails.
 func (s *sessionSetup) localStatement(tenant string, conn *pgconn.PgConn) (string, error) {
 	path, ok := conn.CustomData()[defaultPathKey].(string)
 	if !ok {
 		return "", fmt.Errorf("tenantdb: the connection's default search_path is unknown: it was not opened by the Pool's pgxpool")
 	}
-	exprs, err := s.values(tenant, true, path)
-	if err != nil {
+	direct, _ := conn.CustomData()[directKey].(bool)
+	pin := !direct || !wireOf(conn.Conn()).resetArmed()
+	exprs, err := s.values(tenant, true, pin, path)
+	if err != nil || len(exprs) == 0 {
 		return "", err
 	}
 	return "select " + strings.Join(exprs, ", "), nil

@@ -124,18 +124,20 @@ type sessionSetup struct {
 
 // values returns the SQL expressions that set tenant's values, local to the
 // transaction or for the session, as literals (nil when Session sets
-// nothing). Transaction-local values always pin the role and the
-// search_path too: the tenant's, or the login role and defaultPath (see
-// localPath). It touches no connection, so its errors leave the connection
-// as it was.
-func (s *sessionSetup) values(tenant string, local bool, defaultPath string) ([]string, error) {
+// nothing). With pin, transaction-local values also pin the role and the
+// search_path: the tenant's, or the login role and defaultPath (see
+// localStatement). It touches no connection, so its errors leave the
+// connection as it was.
+func (s *sessionSetup) values(tenant string, local, pin bool, defaultPath string) ([]string, error) {
 	var exprs []string
 	if s.cfg.Role != nil || local {
 		role, err := s.role(tenant)
 		if err != nil {
 			return nil, err
 		}
-		exprs = append(exprs, setConfig("role", quoteLiteral(role), local))
+		if role != "none" || !local || pin {
+			exprs = append(exprs, setConfig("role", quoteLiteral(role), local))
+		}
 	}
 	if s.cfg.TenantSetting != "" {
 		exprs = append(exprs, setConfig(s.cfg.TenantSetting, quoteLiteral(tenant), local))
@@ -149,6 +151,8 @@ func (s *sessionSetup) values(tenant string, local bool, defaultPath string) ([]
 			}
 		}
 		switch {
+		case local && path == "" && !pin:
+			// The session's own default, which the caller vouches for.
 		case local && path == "":
 			exprs = append(exprs, setConfig("search_path", quoteLiteral(defaultPath), true))
 		case local:
@@ -297,7 +301,7 @@ func (s *sessionSetup) sessionValues(tenant string) (string, error) {
 		// nor executes as a query: a third of a SELECT's cost.
 		return "set " + quoteSettingName(s.cfg.TenantSetting) + " to " + quoteLiteral(tenant), nil
 	}
-	exprs, err := s.values(tenant, false, "")
+	exprs, err := s.values(tenant, false, false, "")
 	if err != nil || len(exprs) == 0 {
 		return "", err
 	}

@@ -150,6 +150,13 @@ func (w *wireConn) armed() bool {
 	return w.prefix != nil
 }
 
+// resetArmed reports whether a reset waits for the next write.
+func (w *wireConn) resetArmed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.prefix != nil && w.discards
+}
+
 // armedValuesOnly reports whether what waits for the next write only sets
 // the owner's values again, which go with any write (see armValues).
 func (w *wireConn) armedValuesOnly() bool {

@@ -284,3 +284,110 @@ func TestScopeTransactionDefaultSearchPath(t *testing.T) {
 		t.Fatalf("search_path %q as %s; want the startup parameter's with pg_temp last, as %s", path, role, rlsRole)
 	}
 }
+
+// localTracer records the first statement of every batch pgx sends, where
+// ScopeTransaction puts the tenant's local values.
+type localTracer struct {
+	mu    sync.Mutex
+	first []string
+	next  bool // the next TraceBatchQuery is a batch's first
+}
+
+func (l *localTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (l *localTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *localTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	l.next = true
+	l.mu.Unlock()
+	return ctx
+}
+func (l *localTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next {
+		l.first, l.next = append(l.first, data.SQL), false
+	}
+}
+func (l *localTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// last returns the first statement of the last batch.
+func (l *localTracer) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.first) == 0 {
+		return ""
+	}
+	return l.first[len(l.first)-1]
+}
+
+// TestScopeTransactionPinsWhereTheSessionIsUnknown: on a direct connection
+// the transaction right after a change of tenant carries the tenant setting
+// without the role and search_path pins, since the reset in front of it has
+// just restored both, and still sees only its own rows as the login role
+// whatever the previous tenant left in the session; the tenant's next
+// transaction, whose session its own SQL may have changed, is pinned.
+// Behind PgBouncer in pool_mode=transaction, where the reset and the
+// statement may run on two server connections, every transaction is pinned.
+func TestScopeTransactionPinsWhereTheSessionIsUnknown(t *testing.T) {
+	dsn := setupPins(t)
+	bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
+		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
+		tenantdbtest.WithPoolSize(1),
+		tenantdbtest.WithPgBouncerUser(rlsRole, "app"))
+	for _, c := range []struct {
+		name     string
+		dsn      string
+		pinFirst bool // whether the transaction after a change of tenant is pinned
+	}{
+		{"direct", dsn, false},
+		{"PgBouncer pool_mode=transaction", bouncer.DSNFor(rlsRole, "app"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tracer := &localTracer{}
+			pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: c.dsn + "&default_query_exec_mode=exec"}, 1)
+			pcfg.ConnConfig.Tracer = tracer
+			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
+				Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			pinned := func(sql string) bool {
+				return strings.Contains(sql, "'role'") && strings.Contains(sql, "'search_path'")
+			}
+			read := func(tenant string) {
+				t.Helper()
+				var tenants, role string
+				if err := p.QueryRow(as(tenant), pinRead).Scan(&tenants, &role); err != nil {
+					t.Fatal(err)
+				}
+				if tenants != tenant || role != rlsRole {
+					t.Fatalf("%s saw the rows of %q as %s; want its own as %s", tenant, tenants, role, rlsRole)
+				}
+			}
+			// a leaves a role with BYPASSRLS, a search_path to the table
+			// without a policy, and a temporary table in front of the real one.
+			if _, err := p.Exec(as("a"), "create temp table pin_docs as select * from pin_private.pin_docs; "+
+				"set search_path = pin_private, public; set role "+bypassRole); err != nil {
+				t.Fatal(err)
+			}
+			read("b")
+			if got := pinned(tracer.last()); got != c.pinFirst || !strings.Contains(tracer.last(), "app.tenant_id") {
+				t.Fatalf("after a change of tenant b's transaction began with %q: pinned %t, want %t", tracer.last(), got, c.pinFirst)
+			}
+			// b's own SQL changes its session; its next transaction is pinned.
+			if _, err := p.Exec(as("b"), "set role "+bypassRole+"; set search_path = pin_private, public"); err != nil {
+				t.Fatal(err)
+			}
+			read("b")
+			if !pinned(tracer.last()) {
+				t.Fatalf("b's transaction on its own session began with %q: not pinned", tracer.last())
+			}
+			assertNothingHeld(t, p)
+		})
+	}
+}
