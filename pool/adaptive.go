@@ -139,6 +139,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // the tenant ran beside, itself inflated, takes that hold as the baseline
 // and is judged by its other holds (see outsideSlowdown).
 //
+// A tenant that ran into its limit and then holds none, with none waiting,
+// starts its next burst as a new tenant does, at two at most (see emptied).
+//
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
 // above its floor is sent there for one window (a probe) to get one.
@@ -172,6 +175,9 @@ type adaptiveLimit struct {
 	// whether the tenant held fewer than its limit at a release in it.
 	winStart int64
 	drained  bool
+	// full says whether the tenant held its whole limit since it last held
+	// none (see emptied).
+	full bool
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
@@ -197,6 +203,9 @@ func (a *adaptiveLimit) granted(inUse int) {
 		a.peak = inUse
 	}
 	a.overlapped = inUse > 1 // at one, the tenant held none before
+	if inUse >= a.limit {
+		a.full = true
+	}
 }
 
 // observe feeds one released permit: granted at start, held for hold ns,
@@ -416,4 +425,37 @@ func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 		a.ceiling, a.backoff = old, firstBackoff
 	}
 	a.wait = a.backoff
+}
+
+// restartLimit is the highest limit a tenant that ran into its limit keeps
+// when it empties (see emptied).
+const restartLimit = 2
+
+// emptied notes that the tenant holds none of its permits and has none
+// waiting. If it held its whole limit since it last emptied, that burst is
+// done and the next may be of another shape, so it starts as a new tenant
+// does: in slow start, with no ceiling, at its limit or restartLimit if
+// lower. A burst of scans after a burst of waits is then not granted the
+// waits' limit at once (a limit cannot revoke a permit, and no scan's hold is
+// seen before it ends), nor a burst of waits after scans held below the
+// scans' ceiling for its backoff. The cost: a tenant whose bursts of work that
+// does not inflate need more than two at once doubles back on each (eight
+// waits at once take three rounds of them instead of one). It returns the
+// new limit.
+func (a *adaptiveLimit) emptied(now int64, floor, cap int) int {
+	if !a.full {
+		return a.limit
+	}
+	a.full = false
+	a.slowStart = true
+	a.ceiling, a.wait, a.backoff = 0, 0, 0
+	next := max(min(floor, cap), min(a.limit, restartLimit))
+	if next >= a.limit {
+		return a.limit
+	}
+	a.limit = next
+	a.endWindow(0, now, next)
+	a.prevChanged, a.changed, a.cut = a.changed, now, true
+	a.winStart = 0
+	return a.limit
 }

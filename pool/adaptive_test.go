@@ -315,15 +315,21 @@ func TestAdaptiveGate(t *testing.T) {
 	if s, _ := g.TenantStat("a"); s.Limit != 8 || s.EffectiveLimit != 2 {
 		t.Fatalf("cold tenant: Limit %d EffectiveLimit %d, want 8 and the floor 2", s.Limit, s.EffectiveLimit)
 	}
+	next := acquireAsync(ctx, g, "a") // waits, so the tenant does not empty (see emptied)
+	waitUntil(t, "a third waits at the floor", func() bool { return g.Stat().Waiting == 1 })
 	clock.advance(10 * time.Millisecond)
 	p1.Release()
+	p3 := recvErr(t, next)
+	if p3.err != nil {
+		t.Fatal(p3.err)
+	}
 	p2.Release() // the window of 2 is complete: used, not inflated
 	if got := eff(); got != 4 {
 		t.Fatalf("after a used window without inflation: effective limit %d, want 4", got)
 	}
 
 	clock.advance(time.Millisecond)
-	held := []Permit{acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a")}
+	held := []Permit{p3.p, acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a")}
 	waiters := make(chan acquired, 2)
 	for range 2 {
 		go func() { p, err := g.Acquire(ctx, "a"); waiters <- acquired{p, err} }()
@@ -746,7 +752,8 @@ func TestAdaptiveLimitSeveralCPUBoundTenantsLearnAtOnce(t *testing.T) {
 }
 
 // simulateOpenLoop runs requests that arrive every `every` through a
-// controller and a FIFO queue at its limit, as the Gate does: request i,
+// controller and a FIFO queue at its limit, as the Gate does (which tells
+// the controller when the tenant holds none and none wait): request i,
 // granted when n permits are held with it, is held for hold(i, n). It
 // returns how many requests waited at the limit and their mean hold.
 func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, every time.Duration, hold func(i, n int) time.Duration) (waited int, held time.Duration) {
@@ -785,6 +792,9 @@ func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, 
 			now = p.end
 			inUse = append(inUse[:k], inUse[k+1:]...)
 			a.observe(p.start, p.end-p.start, now, len(inUse), &cfg, floor, cap)
+			if len(inUse) == 0 && len(queue) == 0 {
+				a.emptied(now, floor, cap)
+			}
 		}
 		grant()
 	}
@@ -890,5 +900,138 @@ func TestAdaptiveLimitScansBesideWaitsAreSeen(t *testing.T) {
 	b := newAdaptiveLimit(1, 1)
 	if scans := simulateTurnsOneCore(b, cfg, 1, 10, 20*time.Second, 0, 100*time.Millisecond); b.limit != 10 {
 		t.Errorf("waits only: limit %d, want the cap 10 (%.2f scans)", b.limit, scans)
+	}
+}
+
+// burst is a number of requests of one shape that a tenant sends at once:
+// scans of scan CPU time, or waits of wait.
+type burst struct {
+	n          int
+	scan, wait time.Duration
+}
+
+// simulateBurstsOneCore runs a tenant that sends bursts one after the
+// other, each when the one before is done, as the Gate does: each release is
+// fed to the controller, which is told when the tenant holds none and has
+// none waiting, then freed slots are granted at once. Scans share one core
+// (processor sharing); waits take as long however many run. It returns the
+// mean number of scans held at once and the makespan.
+func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, bursts []burst) (float64, time.Duration) {
+	type permit struct {
+		start, left int64 // left: CPU time of a scan, or the end of a wait
+		isScan      bool
+	}
+	var held []permit
+	now, area := int64(1), 0.0
+	for _, b := range bursts {
+		left := b.n
+		for left > 0 || len(held) > 0 {
+			for left > 0 && len(held) < a.limit {
+				left--
+				a.granted(len(held) + 1)
+				p := permit{start: now, left: now + int64(b.wait)}
+				if b.scan > 0 {
+					p = permit{start: now, left: int64(b.scan), isScan: true}
+				}
+				held = append(held, p)
+			}
+			scans := int64(0)
+			for _, p := range held {
+				if p.isScan {
+					scans++
+				}
+			}
+			i, end := -1, int64(math.MaxInt64)
+			for j, p := range held {
+				e := p.left
+				if p.isScan {
+					e = now + p.left*scans
+				}
+				if e < end {
+					i, end = j, e
+				}
+			}
+			for j := range held {
+				if held[j].isScan {
+					held[j].left -= (end - now) / scans
+				}
+			}
+			area += float64(scans * (end - now))
+			now = end
+			p := held[i]
+			held = append(held[:i], held[i+1:]...)
+			a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
+			if len(held) == 0 && left == 0 {
+				a.emptied(now, floor, cap)
+			}
+		}
+	}
+	return area / float64(now-1), time.Duration(now - 1)
+}
+
+// TestAdaptiveLimitScansAfterWaitsStartLow: a tenant sends n scans, 20
+// waits, n scans, 20 waits, each burst when the one before is done (the
+// oracle-mix benchmark). Its limit grew on the waits (+1 a window after the
+// scans' cut, to 7 with 9 scans a burst), and the next scans were all
+// granted at that limit at once: 2.4-2.9 scans at once on average with 6 to
+// 9 scans a burst, about static cap 4's (2.4-3.1; static cap 2 1.1-1.2). With
+// 10 or more, the scans' second cut left a backoff of 16 windows, and the
+// waits after them ran one at a time: makespan 1.2-1.4x static cap 4's. A
+// tenant that ran into its limit and then emptied starts its next burst as
+// a new tenant does (at two at most, no ceiling): fewer scans at once than
+// static cap 2, makespan within static cap 4's (5% for rounding).
+func TestAdaptiveLimitScansAfterWaitsStartLow(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	const scan, wait = 200 * time.Millisecond, 100 * time.Millisecond
+	for _, n := range []int{6, 8, 9, 10, 12, 16} {
+		bursts := []burst{{n: n, scan: scan}, {n: 20, wait: wait}, {n: n, scan: scan}, {n: 20, wait: wait}}
+		static2, _ := simulateBurstsOneCore(newAdaptiveLimit(2, 1), cfg, 2, 2, bursts)
+		_, static4 := simulateBurstsOneCore(newAdaptiveLimit(4, 1), cfg, 4, 4, bursts)
+		scans, makespan := simulateBurstsOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, bursts)
+		if scans > static2 || float64(makespan) > 1.05*float64(static4) {
+			t.Errorf("%d scans a burst: %.2f scans at once on average, makespan %v; want at most static cap 2's %.2f, within 1.05x static cap 4's %v",
+				n, scans, makespan, static2, static4)
+		}
+	}
+}
+
+// TestAdaptiveGateRestartsATenantThatEmpties: a tenant that grew to 4 on
+// clean used windows, each with a request waiting, goes back to two when it
+// then holds none with none waiting.
+func TestAdaptiveGateRestartsATenantThatEmpties(t *testing.T) {
+	g, clock := newTestGate(t, Config{Capacity: 20,
+		Plans:    map[string]Plan{"p": {MaxConns: 10, MaxWaiting: Unbounded}},
+		Adaptive: Adaptive{Enabled: true}})
+	eff := func() int {
+		s, _ := g.TenantStat("a")
+		return s.EffectiveLimit
+	}
+	ctx := context.Background()
+	waitFor := func(ch <-chan acquired) Permit {
+		r := recvErr(t, ch)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.p
+	}
+	p1 := acquire(t, g, "a")
+	w := acquireAsync(ctx, g, "a")
+	waitUntil(t, "one waits at the floor", func() bool { return g.Stat().Waiting == 1 })
+	clock.advance(10 * time.Millisecond)
+	p1.Release() // a clean used window at 1: 2, and the waiter is served
+	p2, p3 := waitFor(w), acquire(t, g, "a")
+	w = acquireAsync(ctx, g, "a")
+	waitUntil(t, "one waits at 2", func() bool { return g.Stat().Waiting == 1 })
+	clock.advance(10 * time.Millisecond)
+	p2.Release()
+	p4 := waitFor(w)
+	p3.Release() // a clean used window at 2: 4
+	if got := eff(); got != 4 {
+		t.Fatalf("after clean used windows at 1 and 2: effective limit %d, want 4", got)
+	}
+	p4.Release() // none held, none waiting
+	if got := eff(); got != restartLimit {
+		t.Fatalf("after the tenant emptied: effective limit %d, want %d", got, restartLimit)
 	}
 }

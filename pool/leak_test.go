@@ -148,11 +148,17 @@ func TestAdaptiveCutKeepsTheDemotedWaitersMaxWait(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p1, p2 := acquire(t, g, "a"), acquire(t, g, "a")
+	next := acquireAsync(ctx, g, "a") // waits, so the tenant does not empty and restart at 2
+	waitUntil(t, "a third waits at the floor", func() bool { return g.Stat().Waiting == 1 })
 	clock.advance(10 * time.Millisecond)
 	p1.Release()
+	p3 := recvErr(t, next)
+	if p3.err != nil {
+		t.Fatal(p3.err)
+	}
 	p2.Release() // a clean window at the floor: the limit doubles to 4
 	clock.advance(time.Millisecond)
-	h := []Permit{acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a")}
+	h := []Permit{p3.p, acquire(t, g, "a"), acquire(t, g, "a"), acquire(t, g, "a")}
 	clock.advance(40 * time.Millisecond) // inflated: 4x the baseline
 	h[0].Release()
 	h[1].Release() // half a window: no cut yet
