@@ -830,50 +830,63 @@ func TestAdaptiveLimitQuietTenantIsNotCutForOthersLoad(t *testing.T) {
 	}
 }
 
+// simPermit is a permit held in a simulation on one core: a scan needs left
+// ns of CPU time more, a wait ends at left.
+type simPermit struct {
+	start, left int64
+	isScan      bool
+}
+
+// oneCoreRelease finds the permit of held that ends first, at end, when the
+// scans among them share one core from now on (processor sharing) and each
+// wait ends at its time. It takes the CPU time the scans get until then off
+// each, and returns the permit's index, end, and the scans held at once
+// times the time passed (for their mean).
+func oneCoreRelease(held []simPermit, now int64) (i int, end int64, scanned float64) {
+	scans := int64(0)
+	for _, p := range held {
+		if p.isScan {
+			scans++
+		}
+	}
+	i, end = -1, int64(math.MaxInt64)
+	for j, p := range held {
+		e := p.left
+		if p.isScan {
+			e = now + p.left*scans
+		}
+		if e < end {
+			i, end = j, e
+		}
+	}
+	for j := range held {
+		if held[j].isScan {
+			held[j].left -= (end - now) / scans
+		}
+	}
+	return i, end, float64(scans * (end - now))
+}
+
 // simulateTurnsOneCore runs a tenant that always has work waiting, as the
 // Gate does, whose requests are scans and waits in turn (request i scans
 // when i is even), against one core: a scan needs scan of CPU time, shared
 // by the scans held at once; a wait takes wait however many run. It returns
 // the mean number of scans held at once, over d. With scan 0 it only waits.
 func simulateTurnsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, scan, wait time.Duration) float64 {
-	type permit struct {
-		start, left int64 // left: CPU time of a scan, or the end of a wait
-		isScan      bool
-	}
-	var held []permit
+	var held []simPermit
 	now, next, area := int64(1), 0, 0.0
 	for now < int64(d) {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
-			p := permit{start: now, left: now + int64(wait)}
+			p := simPermit{start: now, left: now + int64(wait)}
 			if next%2 == 0 && scan > 0 {
-				p = permit{start: now, left: int64(scan), isScan: true}
+				p = simPermit{start: now, left: int64(scan), isScan: true}
 			}
 			next++
 			held = append(held, p)
 		}
-		scans := int64(0)
-		for _, p := range held {
-			if p.isScan {
-				scans++
-			}
-		}
-		i, end := -1, int64(math.MaxInt64)
-		for j, p := range held {
-			e := p.left
-			if p.isScan {
-				e = now + p.left*scans
-			}
-			if e < end {
-				i, end = j, e
-			}
-		}
-		for j := range held {
-			if held[j].isScan {
-				held[j].left -= (end - now) / scans
-			}
-		}
-		area += float64(scans * (end - now))
+		i, end, scanned := oneCoreRelease(held, now)
+		area += scanned
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
@@ -917,11 +930,7 @@ type burst struct {
 // (processor sharing); waits take as long however many run. It returns the
 // mean number of scans held at once and the makespan.
 func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, bursts []burst) (float64, time.Duration) {
-	type permit struct {
-		start, left int64 // left: CPU time of a scan, or the end of a wait
-		isScan      bool
-	}
-	var held []permit
+	var held []simPermit
 	now, area := int64(1), 0.0
 	for _, b := range bursts {
 		left := b.n
@@ -929,34 +938,14 @@ func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, burst
 			for left > 0 && len(held) < a.limit {
 				left--
 				a.granted(len(held) + 1)
-				p := permit{start: now, left: now + int64(b.wait)}
+				p := simPermit{start: now, left: now + int64(b.wait)}
 				if b.scan > 0 {
-					p = permit{start: now, left: int64(b.scan), isScan: true}
+					p = simPermit{start: now, left: int64(b.scan), isScan: true}
 				}
 				held = append(held, p)
 			}
-			scans := int64(0)
-			for _, p := range held {
-				if p.isScan {
-					scans++
-				}
-			}
-			i, end := -1, int64(math.MaxInt64)
-			for j, p := range held {
-				e := p.left
-				if p.isScan {
-					e = now + p.left*scans
-				}
-				if e < end {
-					i, end = j, e
-				}
-			}
-			for j := range held {
-				if held[j].isScan {
-					held[j].left -= (end - now) / scans
-				}
-			}
-			area += float64(scans * (end - now))
+			i, end, scanned := oneCoreRelease(held, now)
+			area += scanned
 			now = end
 			p := held[i]
 			held = append(held[:i], held[i+1:]...)

@@ -72,15 +72,7 @@ func TestScopeTransactionPinsRoleAndSearchPath(t *testing.T) {
 				tenantdbtest.WithPoolSize(2),
 				tenantdbtest.WithPgBouncerUser(rlsRole, "app"))
 			bdsn := bouncer.DSNFor(rlsRole, "app") + "&default_query_exec_mode=exec"
-			pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: bdsn}, 8)
-			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
-				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 4}},
-				Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := newTransactionPool(t, pgxConfig(t, &tenantdbtest.Postgres{DSN: bdsn}, 8), 4)
 			// The setting alone, in the statement's implicit transaction.
 			settingOnly := rawPoolOn(t, bdsn, 4)
 			readSettingOnly := func(ctx context.Context) pgx.Row {
@@ -109,6 +101,22 @@ func TestScopeTransactionPinsRoleAndSearchPath(t *testing.T) {
 			assertNothingHeld(t, p)
 		})
 	}
+}
+
+// newTransactionPool is a Pool on pcfg whose tenants may each hold capacity
+// connections, with the tenant setting in ScopeTransaction; it is closed at
+// the end of the test.
+func newTransactionPool(t *testing.T, pcfg *pgxpool.Config, capacity int) *tenantdb.Pool {
+	t.Helper()
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:   map[string]tenantdb.Plan{"std": {MaxConns: capacity}},
+		Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // pinRun runs leftover as tenant a through p in a loop while three
@@ -263,14 +271,7 @@ func TestScopeTransactionDefaultSearchPath(t *testing.T) {
 	dsn := setupPins(t)
 	pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: dsn + "&default_query_exec_mode=exec"}, 1)
 	pcfg.ConnConfig.RuntimeParams["search_path"] = "pin_private, public"
-	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
-		Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
-		Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newTransactionPool(t, pcfg, 1)
 	ctx := as("b")
 	// The tenant's own code changes its session; the next statement is pinned.
 	if _, err := p.Exec(ctx, "set search_path = public; set role "+bypassRole); err != nil {
@@ -348,14 +349,7 @@ func TestScopeTransactionPinsWhereTheSessionIsUnknown(t *testing.T) {
 			tracer := &localTracer{}
 			pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: c.dsn + "&default_query_exec_mode=exec"}, 1)
 			pcfg.ConnConfig.Tracer = tracer
-			p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
-				Plans:   map[string]tenantdb.Plan{"std": {MaxConns: 1}},
-				Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := newTransactionPool(t, pcfg, 1)
 			pinned := func(sql string) bool {
 				return strings.Contains(sql, "'role'") && strings.Contains(sql, "'search_path'")
 			}
