@@ -79,6 +79,26 @@ func TestOracleRatios(t *testing.T) {
 	}
 }
 
+// TestOracleTryOnceIsNotABestCap: oracle-multi's try-once schedule gets its
+// ratios like any row but is never the best static cap the others are
+// judged against, even where it beats every cap.
+func TestOracleTryOnceIsNotABestCap(t *testing.T) {
+	ms := time.Millisecond
+	run := func(p99 time.Duration) oracleRun {
+		return oracleRun{unloadedP50: ms, p50: ms, p99: p99, makespan: 100 * ms, medLimit: 1}
+	}
+	configs := oracleWorkloads["oracle-multi"].limits()
+	if n := len(configs); n != 6 || !configs[n-2].tryOnce || !configs[n-1].adaptive {
+		t.Fatalf("oracle-multi configs %+v, want the static caps, try 2 once, then adaptive", configs)
+	}
+	// static 1, 2, 4, 10, try 2 once, adaptive
+	rounds := [][]oracleRun{{run(10 * ms), run(12 * ms), run(20 * ms), run(40 * ms), run(5 * ms), run(15 * ms)}}
+	rs := oracleResults("oracle-multi", rounds, []time.Duration{100 * ms})
+	if try, a := rs[4].Oracle, rs[5].Oracle; try.P99Ratio != 0.5 || a.P99Ratio != 1.5 {
+		t.Fatalf("p99 ratios: try 2 once %v, adaptive %v; want 0.5 and 1.5 (against static 1's 10 ms)", try.P99Ratio, a.P99Ratio)
+	}
+}
+
 // TestOracleTimelineAndIdeal: the adaptive runs' timelines are written as
 // data and a plot, and a workload with an ideal makespan is judged by it.
 func TestOracleTimelineAndIdeal(t *testing.T) {
