@@ -19,7 +19,8 @@ import (
 // while the quiet tenant (cap 10) reads as in the cpu-* scenarios. Which static cap is best depends on the
 // workload and on the machine; how far adaptive limits are from it does not.
 // Every configuration gets a fresh pool, so the adaptive limit's cold start
-// is in its numbers.
+// is in its numbers. oracle-multi also runs the try-once schedule, what
+// learning by trying costs (see oracleConfig.tryOnce).
 
 // oracleConfig is one limit an oracle round runs the noisy tenants under.
 type oracleConfig struct {
