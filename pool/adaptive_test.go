@@ -1031,9 +1031,8 @@ type simRequest struct{ scan, wait time.Duration }
 
 // simulateInOrderOneCore runs one burst of requests sent at once and served
 // in order, as the Gate does, on one core: scans share it (processor
-// sharing), waits take as long however many run. It returns how long more
-// than two scans were held at once and the makespan.
-func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs []simRequest) (over2, makespan time.Duration) {
+// sharing), waits take as long however many run. It returns the makespan.
+func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs []simRequest) time.Duration {
 	var held []simPermit
 	now, next := int64(1), 0
 	for next < len(reqs) || len(held) > 0 {
@@ -1047,10 +1046,7 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 			next++
 			held = append(held, p)
 		}
-		i, end, scanned := oneCoreRelease(held, now)
-		if scanned > 2*float64(end-now) {
-			over2 += time.Duration(end - now)
-		}
+		i, end, _ := oneCoreRelease(held, now)
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
@@ -1059,7 +1055,7 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 			a.emptied(now, floor, cap)
 		}
 	}
-	return over2, time.Duration(now - 1)
+	return time.Duration(now - 1)
 }
 
 // inTurns returns n requests, a and b in turn, a first.
@@ -1087,9 +1083,9 @@ func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 	cfg.ProbeInterval = time.Hour
 	short, long := simRequest{wait: 50 * time.Millisecond}, simRequest{wait: 150 * time.Millisecond}
 	for _, reqs := range [][]simRequest{inTurns(200, short, long), inTurns(200, long, short)} {
-		_, static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
+		static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
 		a := newAdaptiveLimit(1, 1)
-		if _, makespan := simulateInOrderOneCore(a, cfg, 1, 10, reqs); float64(makespan) > 1.5*float64(static10) {
+		if makespan := simulateInOrderOneCore(a, cfg, 1, 10, reqs); float64(makespan) > 1.5*float64(static10) {
 			t.Errorf("first wait %v: makespan %v, want within 1.5x static cap 10's %v", reqs[0].wait, makespan, static10)
 		}
 	}
