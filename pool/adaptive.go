@@ -133,7 +133,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 //
 // A window above a limit of two that the tenant kept busy throughout (its
 // whole limit held, no hold alone) lasts its mean hold; one that took longer
-// than the tolerated hold is cut as an inflated one is (see busySpan).
+// than Tolerance times the baseline is cut as an inflated one is (see
+// busySpan). Such a window at two in slow start ends slow start instead,
+// with three as a ceiling (see stopBelow).
 //
 // An inflated window above a limit of one that has a hold no other permit of
 // the tenant ran beside, itself inflated, takes that hold as the baseline
@@ -267,6 +269,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.outsideSlowdown(cfg, now)
 	}
 	tolerated, busy := a.tolerated(cfg), a.busySpan(now)
+	busyTolerated := a.busyTolerated(cfg)
 	if !stale && a.winMin > tolerated && a.n < minInflatedSamples && old > 1 {
 		// Too few samples to call the holds inflated: one or two slow
 		// holds happen to any tenant on a busy database. The window goes
@@ -293,11 +296,17 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		}
 	case a.winMin > tolerated:
 		a.cutTowards(floor, tolerated)
-	case old > 2 && busy > tolerated:
+	case old > 2 && busy > busyTolerated:
 		// Busy throughout, the window took longer than a tolerated hold:
 		// its holds were inflated on average, whatever its shortest.
 		a.winMin = busy
-		a.cutTowards(floor, tolerated)
+		a.cutTowards(floor, busyTolerated)
+	case old == 2 && busy > busyTolerated && a.slowStart:
+		// The same at two: a wait beside a scan already keeps a core
+		// busy, and doubling would only run more scans at once. Nothing
+		// is cut (two may be what the tenant needs): slow start ends,
+		// and three waits out a backoff as a cut's ceiling does.
+		a.stopBelow(old + 1)
 	case a.peak >= old:
 		a.grow(cap)
 	default:
@@ -345,6 +354,27 @@ func (a *adaptiveLimit) busySpan(now int64) int64 {
 		return 0
 	}
 	return now - a.winStart
+}
+
+// busyTolerated is the longest mean hold, in ns, not taken for queueing in
+// a busy window (see busySpan): Tolerance times the baseline, without
+// tolerated's allowance in proportion to the limit. A tenant that keeps its
+// whole limit busy has no other tenant's share to win by running more (that
+// allowance is for the shortest hold of a tenant that shares a core with
+// others), and on scans beside waits it let a window at four, its mean hold
+// about three times a wait's, pass as growth: the limit reached 8 or 10.
+func (a *adaptiveLimit) busyTolerated(cfg *Adaptive) int64 {
+	return int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
+}
+
+// stopBelow ends slow start and keeps growth below limit for a backoff, as
+// a cut from limit would, without cutting.
+func (a *adaptiveLimit) stopBelow(limit int) {
+	a.slowStart = false
+	if a.ceiling == 0 || a.ceiling > limit {
+		a.ceiling, a.backoff = limit, firstBackoff
+	}
+	a.wait = a.backoff
 }
 
 // endWindow starts a new window at now, with inUse permits held after a
