@@ -367,12 +367,13 @@ func (a *adaptiveLimit) busyTolerated(cfg *Adaptive) int64 {
 	return int64(float64(a.baseline)*cfg.Tolerance) + inflationSlack
 }
 
-// stopBelow ends slow start and keeps growth below limit for a backoff, as
-// a cut from limit would, without cutting.
+// stopBelow ends slow start and keeps growth below limit for a backoff of
+// 16 windows (a cut's second), without cutting: on scans beside waits a
+// first try at three after 4 held three scans until one ended.
 func (a *adaptiveLimit) stopBelow(limit int) {
 	a.slowStart = false
 	if a.ceiling == 0 || a.ceiling > limit {
-		a.ceiling, a.backoff = limit, firstBackoff
+		a.ceiling, a.backoff = limit, 4*firstBackoff
 	}
 	a.wait = a.backoff
 }

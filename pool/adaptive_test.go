@@ -1067,10 +1067,11 @@ func simulateTurnsBurstOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, s
 // while. Before: more than two scans at once for 0.36-0.98x as long as static
 // cap 4 (the limit reached 8 or 10 when a wait came first: the allowance in
 // proportion to the limit let the busy window at four pass). After (a busy
-// window's mean hold judged by Tolerance alone; one at two ends slow start):
-// 0.02-0.30x, the most when a try at three after the backoff holds three
-// scans until one ends. Want at most a third, and a makespan within 1.2x
-// static cap 2's (1.02-1.11x after).
+// window's mean hold judged by Tolerance alone; one at two ends slow start,
+// three waiting out a backoff of 16 windows): none, makespan 1.00-1.03x
+// static cap 2's (with a backoff of 4, 0.02-0.30x: a try at three held
+// three scans until one ended). Want at most a third, and a makespan within
+// 1.2x static cap 2's.
 func TestAdaptiveLimitTurnsStayNearTwo(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	cfg.ProbeInterval = time.Hour
