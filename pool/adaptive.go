@@ -133,7 +133,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 //
 // A window above a limit of two that the tenant kept busy throughout (its
 // whole limit held, no hold alone) lasts its mean hold; one that took longer
-// than the tolerated hold is cut as an inflated one is (see busySpan).
+// than the tolerated hold is cut as an inflated one is (see busySpan). Such
+// a window at two that took longer than Tolerance times the baseline ends
+// slow start: the limit grows from two by one, not to four.
 //
 // An inflated window above a limit of one that has a hold no other permit of
 // the tenant ran beside, itself inflated, takes that hold as the baseline
@@ -299,6 +301,13 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.winMin = busy
 		a.cutTowards(floor, tolerated)
 	case a.peak >= old:
+		if old == 2 && busy > int64(float64(a.baseline)*cfg.Tolerance)+inflationSlack {
+			// Busy at two with a mean hold over tolerance, its shortest
+			// within: a scan beside a wait (which already keeps a core
+			// busy), or waits of several lengths. Only more permits tell
+			// them apart, so the next is tried one at a time.
+			a.slowStart = false
+		}
 		a.grow(cap)
 	default:
 		a.wait = max(0, a.wait-1)

@@ -1080,8 +1080,9 @@ func inTurns(n int, a, b simRequest) []simRequest {
 // limit, so a rule that takes a mean hold over Tolerance times the shortest
 // for queueing holds them near two: one tried for oracle-turns (scans and
 // waits in turn look the same at a limit of two) took 4.8x static cap 10's
-// makespan here. The controller takes 1.12x and 1.40x (slow start, and the
-// allowance in proportion to the limit); want within 1.5x.
+// makespan here. The controller took 1.12x and 1.40x (slow start, and the
+// allowance in proportion to the limit), and 1.21x and 1.45x once it grew
+// by one from a busy window at two over tolerance; want within 1.5x.
 func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	cfg.ProbeInterval = time.Hour
@@ -1089,8 +1090,47 @@ func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 	for _, reqs := range [][]simRequest{inTurns(200, short, long), inTurns(200, long, short)} {
 		_, static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
 		a := newAdaptiveLimit(1, 1)
-		if _, makespan := simulateInOrderOneCore(a, cfg, 1, 10, reqs); float64(makespan) > 1.5*float64(static10) {
+		_, makespan := simulateInOrderOneCore(a, cfg, 1, 10, reqs)
+		t.Logf("first wait %v: makespan %v (static 10: %v)", reqs[0].wait, makespan, static10)
+		if float64(makespan) > 1.5*float64(static10) {
 			t.Errorf("first wait %v: makespan %v, want within 1.5x static cap 10's %v", reqs[0].wait, makespan, static10)
 		}
+	}
+}
+
+// TestAdaptiveLimitTurnsGrowOneAtATimeFromTwo: bursts of 20 requests, scans
+// and waits in turn, sent at once (the oracle-turns benchmark), with scans
+// of 1.8 to 5.8 waits' length, a scan or a wait first. Static cap 2 already
+// keeps the core busy (a scan beside a wait), so more permits only run more
+// scans at once, which the quiet tenant's p99 pays for. A busy window at two
+// is judged by its wait and doubled to four; there the scans soon hold every
+// permit, and nothing is released (so nothing judged) until one ends. Before:
+// more than two scans at once for 0.71x as long as static cap 4 over the six
+// bursts (0.36-0.98x each; the limit reached 8 or 10 when a wait came
+// first). Doubling from two only when its mean hold is within tolerance
+// (waits of two lengths look the same there and grow one at a time too,
+// see TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency): 0.34x
+// (0.09-0.52x each). Want at most half, and each makespan within 1.2x
+// static cap 2's.
+func TestAdaptiveLimitTurnsGrowOneAtATimeFromTwo(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	wait := simRequest{wait: 100 * time.Millisecond}
+	var over, over4 time.Duration
+	for _, scanTime := range []time.Duration{180 * time.Millisecond, 335 * time.Millisecond, 578 * time.Millisecond} {
+		scan := simRequest{scan: scanTime}
+		for _, reqs := range [][]simRequest{inTurns(20, scan, wait), inTurns(20, wait, scan)} {
+			o4, _ := simulateInOrderOneCore(newAdaptiveLimit(4, 1), cfg, 4, 4, reqs)
+			_, makespan2 := simulateInOrderOneCore(newAdaptiveLimit(2, 1), cfg, 2, 2, reqs)
+			o, makespan := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
+			t.Logf("scan %v, scan first %v: more than two scans for %v (static 4: %v), makespan %v (static 2: %v)", scanTime, reqs[0].scan > 0, o, o4, makespan, makespan2)
+			over, over4 = over+o, over4+o4
+			if float64(makespan) > 1.2*float64(makespan2) {
+				t.Errorf("scan %v, scan first %v: makespan %v, want within 1.2x static cap 2's %v", scanTime, reqs[0].scan > 0, makespan, makespan2)
+			}
+		}
+	}
+	if 2*over > over4 {
+		t.Errorf("more than two scans at once for %v in all, want at most half of static cap 4's %v", over, over4)
 	}
 }
