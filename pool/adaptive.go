@@ -128,9 +128,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 //
 // A window above the floor whose first samples, more than half of it, are
 // all inflated is cut at once rather than when it completes; until then, if
-// it began with a rise, inflated samples pause it: observe answers the
-// permits held (not below the floor), so that no more of the step's queries
-// start. A window is
+// the limit's last change was a rise, inflated samples pause it: observe
+// answers the permits held (not below the floor), so that no more of the
+// step's queries start. A window is
 // only judged inflated on at least minInflatedSamples holds: a smaller one
 // that is goes on until it has them (or a hold within tolerance).
 //
@@ -242,14 +242,15 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	old := a.limit
 	if a.n < old {
 		if !a.cut && old > floor && a.soloMin == 0 && a.winMin > a.tolerated(cfg) && (2*a.n <= old || a.n < minInflatedSamples) {
-			// A pause: the window began with a rise, and every hold of it
-			// so far was inflated beside the tenant's own, too few to
-			// judge. Until the window is judged or a hold within tolerance
-			// ends, no permit is granted beyond those held: it would be
-			// one more of the step's queries, which a cut cannot take
-			// back. The limit is kept. A window that did not begin with a
-			// rise (a quiet tenant's reads at the limit it restarted at)
-			// is not paused: its requests would only queue at the gate.
+			// A pause: the limit's last change was a rise (a step not yet
+			// judged), and every hold of the window so far was inflated
+			// beside the tenant's own, too few to judge. Until the window
+			// is judged or a hold within tolerance ends, no permit is
+			// granted beyond those held: it would be one more of the
+			// step's queries, which a cut cannot take back. The limit is
+			// kept. After a cut or a restart (a quiet tenant's reads at
+			// the limit it restarted at) nothing is paused: its requests
+			// would only queue at the gate.
 			return max(floor, inUse)
 		}
 		// An early cut: once more than half of a window's samples are in
