@@ -127,10 +127,7 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // one-core database runs at 1 with a try at 2 every few, then many, windows.
 //
 // A window above the floor whose first samples, more than half of it, are
-// all inflated is cut at once rather than when it completes; until then, if
-// the limit's last change was a rise, inflated samples pause it: observe
-// answers the permits held (not below the floor), so that no more of the
-// step's queries start. A window is
+// all inflated is cut at once rather than when it completes. A window is
 // only judged inflated on at least minInflatedSamples holds: a smaller one
 // that is goes on until it has them (or a hold within tolerance).
 //
@@ -213,7 +210,7 @@ func (a *adaptiveLimit) granted(inUse int) {
 
 // observe feeds one released permit: granted at start, held for hold ns,
 // released at now, when the tenant still holds inUse permits. It returns the
-// limit to admit by: the new limit, or less while a window is paused.
+// new limit.
 func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive, floor, cap int) int {
 	floor = min(floor, cap)
 	hold = max(hold, 1)
@@ -241,18 +238,6 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	}
 	old := a.limit
 	if a.n < old {
-		if !a.cut && old > floor && a.soloMin == 0 && a.winMin > a.tolerated(cfg) && (2*a.n <= old || a.n < minInflatedSamples) {
-			// A pause: the limit's last change was a rise (a step not yet
-			// judged), and every hold of the window so far was inflated
-			// beside the tenant's own, too few to judge. Until the window
-			// is judged or a hold within tolerance ends, no permit is
-			// granted beyond those held: it would be one more of the
-			// step's queries, which a cut cannot take back. The limit is
-			// kept. After a cut or a restart (a quiet tenant's reads at
-			// the limit it restarted at) nothing is paused: its requests
-			// would only queue at the gate.
-			return max(floor, inUse)
-		}
 		// An early cut: once more than half of a window's samples are in
 		// and every one was inflated, the step that caused it is cut now
 		// rather than a round later, so a CPU-bound tenant's probes above
