@@ -135,6 +135,15 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // whole limit held, no hold alone) lasts its mean hold; one that took longer
 // than the tolerated hold is cut as an inflated one is (see busySpan).
 //
+// The first window after a rise above two, if the window before the rise was
+// busy and this one is too, goes back to the limit before the rise (which
+// becomes its ceiling) when its longest hold is over Tolerance times that
+// window's longest. Its shortest hold cannot tell: a tenant that sends scans
+// and waits in turn always has a wait there, and while the scans pile up
+// (a limit cannot revoke) its waits keep the window short. Its longest hold
+// can: a wait takes as long at four as at two, a scan beside more scans does
+// not.
+//
 // An inflated window above a limit of one that has a hold no other permit of
 // the tenant ran beside, itself inflated, takes that hold as the baseline
 // and is judged by its other holds (see outsideSlowdown).
@@ -163,7 +172,12 @@ type adaptiveLimit struct {
 	cutHold                int64 // ns: the shortest hold of the window last cut, 0 if none
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
-	peak                   int   // most permits held at once in the window
+	winMax                 int64 // longest hold in the window
+	// stepMax is the longest hold of the busy window that ended in the
+	// last rise, while the window after that rise is open; 0 otherwise.
+	stepMax   int64
+	stepLimit int // the limit before that rise
+	peak      int // most permits held at once in the window
 	// soloMin and sharedMin are the shortest holds in the window of permits
 	// held alone (no other permit of the tenant at any time while held) and
 	// of the others, 0 if none; overlapped says whether the tenant held two
@@ -231,6 +245,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	if a.n == 1 || hold < a.winMin {
 		a.winMin = hold
 	}
+	a.winMax = max(a.winMax, hold)
 	if inUse == 0 && !a.overlapped {
 		a.soloMin = minHold(a.soloMin, hold)
 	} else {
@@ -298,6 +313,10 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// its holds were inflated on average, whatever its shortest.
 		a.winMin = busy
 		a.cutTowards(floor, tolerated)
+	case old > 2 && a.stepMax > 0 && !a.drained && a.winMax > int64(float64(a.stepMax)*cfg.Tolerance)+inflationSlack:
+		// The step's longest hold inflated: back to the limit before it.
+		a.winMin = a.winMax
+		a.cutTo(floor, a.stepLimit)
 	case a.peak >= old:
 		a.grow(cap)
 	default:
@@ -350,7 +369,11 @@ func (a *adaptiveLimit) busySpan(now int64) int64 {
 // endWindow starts a new window at now, with inUse permits held after a
 // release at limit old (one less than old if the tenant was busy).
 func (a *adaptiveLimit) endWindow(inUse int, now int64, old int) {
-	a.n, a.peak, a.soloMin, a.sharedMin = 0, inUse, 0, 0
+	a.stepMax, a.stepLimit = 0, 0
+	if a.limit > old && a.peak >= old && !a.drained {
+		a.stepMax, a.stepLimit = a.winMax, old
+	}
+	a.n, a.peak, a.soloMin, a.sharedMin, a.winMax = 0, inUse, 0, 0, 0
 	a.winStart, a.drained = now, inUse+1 < old
 }
 
@@ -413,7 +436,15 @@ func (a *adaptiveLimit) grow(cap int) {
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
-	a.limit = max(floor, min(old-1, max(want, old/2)))
+	a.cutTo(floor, max(want, old/2))
+}
+
+// cutTo lowers the limit to want, not below floor and by one at least, and
+// ends slow start. The limit it came from becomes the ceiling, with a longer
+// backoff if it was the ceiling already.
+func (a *adaptiveLimit) cutTo(floor, want int) {
+	old := a.limit
+	a.limit = max(floor, min(old-1, want))
 	a.slowStart = false
 	if a.limit == old {
 		return
