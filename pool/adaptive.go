@@ -127,9 +127,15 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // one-core database runs at 1 with a try at 2 every few, then many, windows.
 //
 // A window above the floor whose first samples, more than half of it, are
-// all inflated is cut at once rather than when it completes. A window is
-// only judged inflated on at least minInflatedSamples holds: a smaller one
-// that is goes on until it has them (or a hold within tolerance).
+// all inflated is cut at once rather than when it completes; until then, if
+// the window began with a rise taken with a backlog (more requests waiting
+// than the limit before the rise had room for), inflated samples pause it:
+// observe answers the permits held (not below the floor), so that no more
+// of the step's queries start. A tenant with no such backlog at the rise (a
+// quiet tenant whose reads overlapped when the database stalled) is not
+// paused: its requests would only queue at its own gate. A window is only
+// judged inflated on at least minInflatedSamples holds: a smaller one that
+// is goes on until it has them (or a hold within tolerance).
 //
 // A window above a limit of two that the tenant kept busy throughout (its
 // whole limit held, no hold alone) lasts its mean hold; one that took longer
@@ -165,6 +171,13 @@ type adaptiveLimit struct {
 	// they were granted after prevChanged, the change before.
 	changed, prevChanged int64
 	cut                  bool
+	// backlog says whether the window began with a rise at which more
+	// requests waited than the limit before it had room for (the rise
+	// admitted them at once); false in any later window.
+	backlog bool
+	// paused says whether observe last answered a pause: the tenant then
+	// holds fewer than its limit because of it, not for want of requests.
+	paused bool
 	// ceiling is the lowest limit whose window was cut since the last
 	// probe, 0 if none; growth waits wait more windows before trying it
 	// again, and backoff is the wait after the next failed try.
@@ -223,11 +236,15 @@ func (a *adaptiveLimit) granted(inUse int) {
 }
 
 // observe feeds one released permit: granted at start, held for hold ns,
-// released at now, when the tenant still holds inUse permits. It returns the
-// new limit.
-func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive, floor, cap int) int {
+// released at now, when the tenant still holds inUse permits and waiting of
+// its requests wait (the one that will take the freed slot among them). It
+// returns the limit to admit by: the new limit, or less while a window is
+// paused.
+func (a *adaptiveLimit) observe(start, hold, now int64, inUse, waiting int, cfg *Adaptive, floor, cap int) int {
 	floor = min(floor, cap)
 	hold = max(hold, 1)
+	paused := a.paused
+	a.paused = false
 	if hold < a.baseline || a.baseline == 0 {
 		a.baseline, a.measured, a.baseLimit = hold, now, a.limit
 	}
@@ -239,7 +256,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		return a.limit
 	}
 	a.n++
-	if inUse+1 < a.limit {
+	if inUse+1 < a.limit && !paused {
 		a.drained = true
 	}
 	if a.n == 1 || hold < a.winMin {
@@ -253,6 +270,21 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	}
 	old := a.limit
 	if a.n < old {
+		if a.backlog && old > floor && a.soloMin == 0 && a.winMin > a.tolerated(cfg) && (2*a.n <= old || a.n < minInflatedSamples) {
+			// A pause: the window began with a rise taken with a backlog
+			// (a step not yet judged), and every hold of it so far was
+			// inflated beside the tenant's own, too few to judge. Until
+			// the window is judged or a hold within tolerance ends, no
+			// permit is granted beyond those held: it would be one more of
+			// the step's queries, which a cut cannot take back. The limit
+			// is kept. After a cut or a restart, in a later window, or
+			// after a rise with no backlog (a quiet tenant's reads that
+			// overlapped), nothing is paused: its requests would only
+			// queue at its own gate. Releases while paused do not count
+			// as the tenant holding less than its limit (drained).
+			a.paused = true
+			return max(floor, inUse)
+		}
 		// An early cut: once more than half of a window's samples are in
 		// and every one was inflated, the step that caused it is cut now
 		// rather than a round later, so a CPU-bound tenant's probes above
@@ -265,7 +297,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 			return old
 		}
 		a.cutTowards(floor, a.tolerated(cfg))
-		a.endWindow(inUse, now, old)
+		a.endWindow(inUse, now, old, paused)
 		a.prevChanged, a.changed, a.cut = a.changed, now, true
 		a.winStart = 0
 		return a.limit
@@ -322,11 +354,13 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 	default:
 		a.wait = max(0, a.wait-1)
 	}
-	a.endWindow(inUse, now, old)
+	a.endWindow(inUse, now, old, paused)
 	if a.limit != old {
 		a.prevChanged, a.changed, a.cut = a.changed, now, a.limit < old
 		if a.cut {
 			a.winStart = 0
+		} else {
+			a.backlog = waiting > old-inUse
 		}
 	}
 	return a.limit
@@ -367,14 +401,15 @@ func (a *adaptiveLimit) busySpan(now int64) int64 {
 }
 
 // endWindow starts a new window at now, with inUse permits held after a
-// release at limit old (one less than old if the tenant was busy).
-func (a *adaptiveLimit) endWindow(inUse int, now int64, old int) {
+// release at limit old (one less than old if the tenant was busy, or if it
+// was paused, which says nothing of its requests).
+func (a *adaptiveLimit) endWindow(inUse int, now int64, old int, paused bool) {
 	a.stepMax, a.stepLimit = 0, 0
 	if a.limit > old && a.peak >= old && !a.drained {
 		a.stepMax, a.stepLimit = a.winMax, old
 	}
-	a.n, a.peak, a.soloMin, a.sharedMin, a.winMax = 0, inUse, 0, 0, 0
-	a.winStart, a.drained = now, inUse+1 < old
+	a.n, a.peak, a.soloMin, a.sharedMin, a.winMax, a.backlog = 0, inUse, 0, 0, 0, false
+	a.winStart, a.drained = now, inUse+1 < old && !paused
 }
 
 func minHold(m, hold int64) int64 {
@@ -485,7 +520,7 @@ func (a *adaptiveLimit) emptied(now int64, floor, cap int) int {
 		return a.limit
 	}
 	a.limit = next
-	a.endWindow(0, now, next)
+	a.endWindow(0, now, next, false)
 	a.prevChanged, a.changed, a.cut = a.changed, now, true
 	a.winStart = 0
 	return a.limit

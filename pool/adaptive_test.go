@@ -11,6 +11,11 @@ import (
 )
 
 // workload says how long each of n permits held at once is held.
+// backlogged is the requests waiting that a feed passes to observe when
+// the tenant always has more to send (a closed loop): more than any limit
+// has room for.
+const backlogged = 1 << 20
+
 type workload func(n int) time.Duration
 
 // cpuBound is work on one core shared by all it runs: n at once take n times
@@ -41,7 +46,7 @@ func simulate(a *adaptiveLimit, cfg Adaptive, floor, cap, rounds int, now int64,
 		hold := int64(w(n))
 		now += hold
 		for i := range n {
-			a.observe(start, hold, now, n-1-i, &cfg, floor, cap)
+			a.observe(start, hold, now, n-1-i, backlogged, &cfg, floor, cap)
 		}
 		limits = append(limits, a.limit)
 	}
@@ -70,9 +75,9 @@ func acquireAsync(ctx context.Context, g *Gate, id string) <-chan acquired {
 func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step time.Duration, w workload) []int {
 	type permit struct{ start, end int64 }
 	var held []permit
-	now := int64(1)
+	now, admit := int64(1), a.limit
 	grant := func() {
-		for len(held) < a.limit {
+		for len(held) < admit {
 			a.granted(len(held) + 1)
 			held = append(held, permit{start: now, end: now + int64(w(len(held)+1))})
 		}
@@ -94,7 +99,7 @@ func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step 
 		}
 		now = p.end
 		held = append(held[:i], held[i+1:]...)
-		a.observe(p.start, p.end-p.start, now, len(held), &cfg, floor, cap)
+		admit = a.observe(p.start, p.end-p.start, now, len(held), backlogged, &cfg, floor, cap)
 		grant()
 	}
 	return limits
@@ -109,9 +114,9 @@ func simulateOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step, wo
 	var held []permit
 	now := int64(1)
 	var limits []int
-	next := int64(step)
+	next, admit := int64(step), a.limit
 	for now < int64(d) {
-		for len(held) < a.limit {
+		for len(held) < admit {
 			a.granted(len(held) + 1)
 			held = append(held, permit{start: now, left: int64(work)})
 		}
@@ -134,7 +139,7 @@ func simulateOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step, wo
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
-		a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
+		admit = a.observe(p.start, now-p.start, now, len(held), backlogged, &cfg, floor, cap)
 	}
 	return limits
 }
@@ -219,7 +224,7 @@ func TestAdaptiveLimitDoesNotGrowUnused(t *testing.T) {
 	for range 100 { // one request at a time
 		a.granted(1)
 		now += int64(10 * time.Millisecond)
-		a.observe(now-int64(10*time.Millisecond), int64(10*time.Millisecond), now, 0, &cfg, 2, 10)
+		a.observe(now-int64(10*time.Millisecond), int64(10*time.Millisecond), now, 0, 0, &cfg, 2, 10)
 	}
 	if a.limit != 2 {
 		t.Fatalf("limit %d after 100 requests one at a time, want the floor 2: a limit not used tells nothing", a.limit)
@@ -424,6 +429,102 @@ func TestAdaptiveRejectPlanRejectsOnlyOverTheCap(t *testing.T) {
 	}
 }
 
+// TestAdaptiveGatePausesAStepTakenWithABacklog: a tenant with requests
+// waiting steps from the floor 1 to 2, and the step's first hold comes back
+// inflated beside the other: the freed slot is not handed to a waiter until
+// the window is judged (a pause), and the window's second inflated hold cuts
+// it back to 1. TestAdaptiveGate is the same without a backlog at the rise:
+// no pause there.
+func TestAdaptiveGatePausesAStepTakenWithABacklog(t *testing.T) {
+	violations := countViolations(t)
+	g, clock := newTestGate(t, Config{Capacity: 10,
+		Plans:    map[string]Plan{"p": {MaxConns: 8, MaxWaiting: Unbounded}},
+		Adaptive: Adaptive{Enabled: true, MinConns: 1}})
+	ctx := context.Background()
+	p1 := acquire(t, g, "a")
+	waiters := make(chan acquired, 4)
+	for range 4 {
+		go func() { p, err := g.Acquire(ctx, "a"); waiters <- acquired{p, err} }()
+	}
+	waitUntil(t, "four wait", func() bool { return g.Stat().Waiting == 4 })
+	clock.advance(10 * time.Millisecond)
+	p1.Release() // a window of 1, used and clean: the limit rises to 2 with 4 waiting
+	w1, w2 := recvErr(t, waiters), recvErr(t, waiters)
+	if w1.err != nil || w2.err != nil {
+		t.Fatal(w1.err, w2.err)
+	}
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 2 || s.InUse != 2 || s.Waiting != 2 {
+		t.Fatalf("after the rise: effective limit %d, %d in use, %d waiting; want 2, 2 and 2", s.EffectiveLimit, s.InUse, s.Waiting)
+	}
+	clock.advance(30 * time.Millisecond) // two at once on one core, and more: inflated
+	w1.p.Release()
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 1 || s.InUse != 1 || s.Waiting != 2 {
+		t.Fatalf("the step's first hold inflated: effective limit %d, %d in use, %d waiting; want 1, 1 and 2 (a pause)",
+			s.EffectiveLimit, s.InUse, s.Waiting)
+	}
+	w2.p.Release() // the window's second inflated hold cuts to 1; a waiter takes the slot
+	w3 := recvErr(t, waiters)
+	if w3.err != nil {
+		t.Fatal(w3.err)
+	}
+	if s, _ := g.TenantStat("a"); s.EffectiveLimit != 1 || s.InUse != 1 || s.Waiting != 1 {
+		t.Fatalf("after the cut: effective limit %d, %d in use, %d waiting; want 1, 1 and 1", s.EffectiveLimit, s.InUse, s.Waiting)
+	}
+	w3.p.Release()
+	w4 := recvErr(t, waiters)
+	if w4.err != nil {
+		t.Fatal(w4.err)
+	}
+	w4.p.Release()
+	if n := violations.Load(); n != 0 {
+		t.Fatalf("%d grants above the effective limit", n)
+	}
+	if s := g.Stat(); s.InUse != 0 || s.Waiting != 0 {
+		t.Fatalf("%d in use, %d waiting at the end", s.InUse, s.Waiting)
+	}
+}
+
+// TestAdaptiveLimitPausesOnlyAStepTakenWithABacklog: a step from 2 to 4
+// whose first holds come back inflated beside the tenant's own pauses (the
+// permits held are what is admitted) only if, at the rise, more requests
+// waited than the limit before it had room for. A quiet tenant whose reads
+// overlapped, with none or one waiting, keeps being admitted at its limit:
+// a pause would only queue its reads at its own gate (run 14).
+func TestAdaptiveLimitPausesOnlyAStepTakenWithABacklog(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	ms := int64(time.Millisecond)
+	for _, tc := range []struct {
+		waiting int
+		paused  bool
+	}{{0, false}, {1, false}, {2, true}, {backlogged, true}} {
+		a := newAdaptiveLimit(2, 1)
+		now := int64(1)
+		// A window at 2 of holds of 600 ms: the first ends, a third request
+		// takes its slot, and the second's release completes the window
+		// with one still held and tc.waiting waiting: the limit doubles.
+		a.granted(1)
+		a.granted(2)
+		now += 600 * ms
+		a.observe(1, 600*ms, now, 1, tc.waiting, &cfg, 2, 10)
+		a.granted(2)
+		third := now
+		if l := a.observe(1, 600*ms, now, 1, tc.waiting, &cfg, 2, 10); l != 4 {
+			t.Fatalf("%d waiting: after a clean window at 2, limit %d, want 4", tc.waiting, l)
+		}
+		start := now
+		for i := 2; i <= 4; i++ {
+			a.granted(i)
+		}
+		now += 1200 * ms // four at once on one core: twice the baseline
+		a.observe(third, now-third, now, 3, tc.waiting, &cfg, 2, 10)
+		l := a.observe(start, now-start, now, 2, tc.waiting, &cfg, 2, 10)
+		if want := map[bool]int{true: 2, false: 4}[tc.paused]; l != want || a.limit != 4 {
+			t.Errorf("%d waiting at the rise, two inflated holds of the step: admitting %d with limit %d, want %d and 4 (paused: %v)",
+				tc.waiting, l, a.limit, want, tc.paused)
+		}
+	}
+}
+
 // TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated: after slow start
 // doubles a CPU-bound tenant from 2 to 4, three inflated holds of the four
 // are enough to cut; waiting for the fourth would queue the database at 4
@@ -437,8 +538,8 @@ func TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated(t *testing.T) {
 	a.granted(1)
 	a.granted(2)
 	now += 600 * ms
-	a.observe(1, 600*ms, now, 1, &cfg, 2, 10)
-	if l := a.observe(1, 600*ms, now, 0, &cfg, 2, 10); l != 4 {
+	a.observe(1, 600*ms, now, 1, backlogged, &cfg, 2, 10)
+	if l := a.observe(1, 600*ms, now, 0, backlogged, &cfg, 2, 10); l != 4 {
 		t.Fatalf("after a clean window at 2: limit %d, want 4", l)
 	}
 	start := now + 1
@@ -446,12 +547,14 @@ func TestAdaptiveLimitCutsEarlyWhenMostOfAWindowIsInflated(t *testing.T) {
 		a.granted(i + 1)
 	}
 	now += 1200 * ms // four at once on one core: twice the baseline
-	for i, want := range []int{4, 4} {
-		if l := a.observe(start, 1200*ms, now, 3-i, &cfg, 2, 10); l != want {
-			t.Fatalf("inflated hold %d of 4: limit %d, want %d (half a window is not a majority)", i+1, l, want)
+	for i := range 2 {
+		// Half a window is not a majority: the limit stays 4, but the
+		// window pauses at the permits held.
+		if l := a.observe(start, 1200*ms, now, 3-i, backlogged, &cfg, 2, 10); l != 3-i || a.limit != 4 {
+			t.Fatalf("inflated hold %d of 4: admitting %d with limit %d, want %d (the permits held) and 4", i+1, l, a.limit, 3-i)
 		}
 	}
-	if l := a.observe(start, 1200*ms, now, 1, &cfg, 2, 10); l >= 4 {
+	if l := a.observe(start, 1200*ms, now, 1, backlogged, &cfg, 2, 10); l >= 4 {
 		t.Fatalf("third inflated hold of 4: limit %d, want a cut below 4 now", l)
 	}
 
@@ -683,12 +786,12 @@ func TestAdaptiveLimitKeepsItsCeilingWhenItsOwnConcurrencyInflates(t *testing.T)
 	}
 }
 
-// simulateTenantsOneCore runs tenants that each send scans queries of work
-// CPU time at once, through a controller each, against one core shared by
+// simulateTenantsOneCore runs tenants that each send scans queries at once,
+// the i-th of work(i) CPU time, through a controller each, against one core shared by
 // every permit held (processor sharing). It returns the time-weighted mean
 // of the permits held at once, every tenant's together: how many queries a
 // quiet tenant's read shares the core with.
-func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration) float64 {
+func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work func(scan int) time.Duration) float64 {
 	type permit struct {
 		tenant      int
 		start, left int64
@@ -696,18 +799,20 @@ func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration
 	ctl := make([]*adaptiveLimit, tenants)
 	left := make([]int, tenants)
 	inUse := make([]int, tenants)
+	admit := make([]int, tenants)
 	for i := range ctl {
 		ctl[i], left[i] = newAdaptiveLimit(1, 1), scans
+		admit[i] = ctl[i].limit
 	}
 	var held []permit
 	now, area := int64(1), 0.0
 	for {
 		for i, a := range ctl {
-			for left[i] > 0 && inUse[i] < a.limit {
+			for left[i] > 0 && inUse[i] < admit[i] {
 				left[i]--
 				inUse[i]++
 				a.granted(inUse[i])
-				held = append(held, permit{tenant: i, start: now, left: int64(work)})
+				held = append(held, permit{tenant: i, start: now, left: int64(work(scans - 1 - left[i]))})
 			}
 		}
 		if len(held) == 0 {
@@ -729,7 +834,7 @@ func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration
 		p := held[k]
 		held = append(held[:k], held[k+1:]...)
 		inUse[p.tenant]--
-		ctl[p.tenant].observe(p.start, now-p.start, now, inUse[p.tenant], &cfg, 1, 10)
+		admit[p.tenant] = ctl[p.tenant].observe(p.start, now-p.start, now, inUse[p.tenant], left[p.tenant], &cfg, 1, 10)
 	}
 }
 
@@ -745,8 +850,25 @@ func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration
 func TestAdaptiveLimitSeveralCPUBoundTenantsLearnAtOnce(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	for _, scans := range []int{5, 6, 8} {
-		if mean := simulateTenantsOneCore(cfg, 3, scans, 200*time.Millisecond); mean > 4.3 {
+		if mean := simulateTenantsOneCore(cfg, 3, scans, func(int) time.Duration { return 200 * time.Millisecond }); mean > 4.3 {
 			t.Errorf("three tenants of %d scans: %.2f held at once on average, want at most 4.3 (static cap 1: 3)", scans, mean)
+		}
+	}
+}
+
+// TestAdaptiveLimitPausesAStepInDoubt: as above, but a tenant's scans take
+// 150 and 250 ms in turn, so the two of a step to two do not end together.
+// When the first ends inflated, a controller that still admits two starts
+// a third scan beside the second, and the step lasts until that one ends
+// (4.25-4.88 held at once on average with 4 to 6 scans each). Paused, it
+// admits none until the window is judged: 3.75-4.13, against static cap 1's
+// 3.
+func TestAdaptiveLimitPausesAStepInDoubt(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	work := func(i int) time.Duration { return time.Duration(150+100*(i%2)) * time.Millisecond }
+	for _, scans := range []int{4, 5, 6} {
+		if mean := simulateTenantsOneCore(cfg, 3, scans, work); mean > 4.2 {
+			t.Errorf("three tenants of %d scans: %.2f held at once on average, want at most 4.2 (static cap 1: 3)", scans, mean)
 		}
 	}
 }
@@ -762,8 +884,9 @@ func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, 
 	var queue []int64 // arrival times
 	now, next, arrived := int64(1), int64(1), 0
 	var holdSum int64
+	admit := a.limit
 	grant := func() {
-		for len(queue) > 0 && len(inUse) < a.limit {
+		for len(queue) > 0 && len(inUse) < admit {
 			if now > queue[0] {
 				waited++
 			}
@@ -791,9 +914,9 @@ func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, 
 			p := inUse[k]
 			now = p.end
 			inUse = append(inUse[:k], inUse[k+1:]...)
-			a.observe(p.start, p.end-p.start, now, len(inUse), &cfg, floor, cap)
+			admit = a.observe(p.start, p.end-p.start, now, len(inUse), len(queue), &cfg, floor, cap)
 			if len(inUse) == 0 && len(queue) == 0 {
-				a.emptied(now, floor, cap)
+				admit = a.emptied(now, floor, cap)
 			}
 		}
 		grant()
@@ -874,9 +997,9 @@ func oneCoreRelease(held []simPermit, now int64) (i int, end int64, scanned floa
 // the mean number of scans held at once, over d. With scan 0 it only waits.
 func simulateTurnsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, scan, wait time.Duration) float64 {
 	var held []simPermit
-	now, next, area := int64(1), 0, 0.0
+	now, next, area, admit := int64(1), 0, 0.0, a.limit
 	for now < int64(d) {
-		for len(held) < a.limit {
+		for len(held) < admit {
 			a.granted(len(held) + 1)
 			p := simPermit{start: now, left: now + int64(wait)}
 			if next%2 == 0 && scan > 0 {
@@ -890,7 +1013,7 @@ func simulateTurnsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, sca
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
-		a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
+		admit = a.observe(p.start, now-p.start, now, len(held), backlogged, &cfg, floor, cap)
 	}
 	return area / float64(now-1)
 }
@@ -954,11 +1077,11 @@ type burst struct {
 // mean number of scans held at once and the makespan.
 func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, bursts []burst) (float64, time.Duration) {
 	var held []simPermit
-	now, area := int64(1), 0.0
+	now, area, admit := int64(1), 0.0, a.limit
 	for _, b := range bursts {
 		left := b.n
 		for left > 0 || len(held) > 0 {
-			for left > 0 && len(held) < a.limit {
+			for left > 0 && len(held) < admit {
 				left--
 				a.granted(len(held) + 1)
 				p := simPermit{start: now, left: now + int64(b.wait)}
@@ -972,9 +1095,9 @@ func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, burst
 			now = end
 			p := held[i]
 			held = append(held[:i], held[i+1:]...)
-			a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
+			admit = a.observe(p.start, now-p.start, now, len(held), left, &cfg, floor, cap)
 			if len(held) == 0 && left == 0 {
-				a.emptied(now, floor, cap)
+				admit = a.emptied(now, floor, cap)
 			}
 		}
 	}
@@ -1057,9 +1180,9 @@ type simRequest struct{ scan, wait time.Duration }
 // sharing), waits take as long however many run. It returns the makespan.
 func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs []simRequest) time.Duration {
 	var held []simPermit
-	now, next := int64(1), 0
+	now, next, admit := int64(1), 0, a.limit
 	for next < len(reqs) || len(held) > 0 {
-		for next < len(reqs) && len(held) < a.limit {
+		for next < len(reqs) && len(held) < admit {
 			a.granted(len(held) + 1)
 			r := reqs[next]
 			p := simPermit{start: now, left: now + int64(r.wait)}
@@ -1073,9 +1196,9 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
-		a.observe(p.start, now-p.start, now, len(held), &cfg, floor, cap)
+		admit = a.observe(p.start, now-p.start, now, len(held), len(reqs)-next, &cfg, floor, cap)
 		if len(held) == 0 && next == len(reqs) {
-			a.emptied(now, floor, cap)
+			admit = a.emptied(now, floor, cap)
 		}
 	}
 	return time.Duration(now - 1)

@@ -203,15 +203,20 @@ func (g *Gate) adaptiveFloorLocked(t *tenant) int {
 }
 
 // adaptLocked feeds t's controller one released permit of the default
-// class, of which t still holds inUse, tells it when t has none of that
-// class held or waiting, and applies the limit it answers. A
+// class, of which t still holds inUse, with the count of that class's
+// requests waiting (before the freed slot is served), tells it when t has
+// none of that class held or waiting, and applies the limit it answers. A
 // cut sends requests holding a tenant slot above it back to wait for the cap
 // (as SetTenantLimit does) and revokes no permit; a rise is served by the
 // caller's promoteLocked.
 func (g *Gate) adaptLocked(t *tenant, start, hold, now int64, inUse int) {
 	floor := g.adaptiveFloorLocked(t)
-	limit := t.ad.observe(start, hold, now, inUse, &g.cfg.Adaptive, floor, t.cap)
-	if inUse == 0 && (t.wait == nil || t.wait.lanes[0].waiting() == 0) {
+	waiting := 0
+	if t.wait != nil {
+		waiting = t.wait.lanes[0].waiting()
+	}
+	limit := t.ad.observe(start, hold, now, inUse, waiting, &g.cfg.Adaptive, floor, t.cap)
+	if inUse == 0 && waiting == 0 {
 		limit = t.ad.emptied(now, floor, t.cap)
 	}
 	if limit == t.limit {
