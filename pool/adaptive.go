@@ -367,7 +367,9 @@ func (a *adaptiveLimit) busySpan(now int64) int64 {
 }
 
 // endWindow starts a new window at now, with inUse permits held after a
-// release at limit old (one less than old if the tenant was busy).
+// release at limit old (one less than old if the tenant was busy). If the
+// limit rose from old and the window was busy, its longest hold is kept to
+// judge the step by (stepMax).
 func (a *adaptiveLimit) endWindow(inUse int, now int64, old int) {
 	a.stepMax, a.stepLimit = 0, 0
 	if a.limit > old && a.peak >= old && !a.drained {
