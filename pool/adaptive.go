@@ -169,7 +169,7 @@ type adaptiveLimit struct {
 	// probe, 0 if none; growth waits wait more windows before trying it
 	// again, and backoff is the wait after the next failed try.
 	ceiling, wait, backoff int
-	cutHold                int64 // ns: the shortest hold of the window last cut, 0 if none
+	cutHold                int64 // ns: the hold that called for the last cut (its window's shortest, or a step's longest), 0 if none
 	n                      int   // samples in the window
 	winMin                 int64 // shortest hold in the window
 	winMax                 int64 // longest hold in the window
@@ -315,8 +315,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		a.cutTowards(floor, tolerated)
 	case old > 2 && a.stepMax > 0 && !a.drained && a.winMax > int64(float64(a.stepMax)*cfg.Tolerance)+inflationSlack:
 		// The step's longest hold inflated: back to the limit before it.
-		a.winMin = a.winMax
-		a.cutTo(floor, a.stepLimit)
+		a.cutTo(floor, a.stepLimit, a.winMax)
 	case a.peak >= old:
 		a.grow(cap)
 	default:
@@ -438,20 +437,21 @@ func (a *adaptiveLimit) grow(cap int) {
 func (a *adaptiveLimit) cutTowards(floor int, tolerated int64) {
 	old := a.limit
 	want := int(float64(old) * float64(tolerated) / float64(a.winMin))
-	a.cutTo(floor, max(want, old/2))
+	a.cutTo(floor, max(want, old/2), a.winMin)
 }
 
 // cutTo lowers the limit to want, not below floor and by one at least, and
-// ends slow start. The limit it came from becomes the ceiling, with a longer
-// backoff if it was the ceiling already.
-func (a *adaptiveLimit) cutTo(floor, want int) {
+// ends slow start; hold is the inflated hold that called for it (cutHold).
+// The limit it came from becomes the ceiling, with a longer backoff if it
+// was the ceiling already.
+func (a *adaptiveLimit) cutTo(floor, want int, hold int64) {
 	old := a.limit
 	a.limit = max(floor, min(old-1, want))
 	a.slowStart = false
 	if a.limit == old {
 		return
 	}
-	a.cutHold = a.winMin
+	a.cutHold = hold
 	if a.ceiling > 0 && old >= a.ceiling {
 		a.backoff = min(maxBackoff, 4*a.backoff) // the ceiling was tried again and inflated again
 	} else {

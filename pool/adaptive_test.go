@@ -1113,3 +1113,32 @@ func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveLimitWidelyVaryingWaitsAreHeldNearTwo pins a limit that
+// docs/adaptive-limits.md states with these numbers: 200 waits sent at once,
+// uniform in 50-500 ms or lognormal around 100 ms (six seeds each), look
+// like queueing to a controller that compares each window's shortest hold
+// with the shortest ever seen, and take 3.8-5.6x static cap 10's makespan
+// (static cap 2 takes 5x). It fails when a change lifts the limit: then
+// update the docs with the new numbers and this test with them.
+func TestAdaptiveLimitWidelyVaryingWaitsAreHeldNearTwo(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	for seed := uint64(1); seed <= 6; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		uniform, lognormal := make([]simRequest, 200), make([]simRequest, 200)
+		for i := range uniform {
+			uniform[i] = simRequest{wait: time.Duration(50+r.IntN(450)) * time.Millisecond}
+			lognormal[i] = simRequest{wait: time.Duration(math.Exp(math.Log(100)+r.NormFloat64())) * time.Millisecond}
+		}
+		for name, reqs := range map[string][]simRequest{"uniform": uniform, "lognormal": lognormal} {
+			static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
+			makespan := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
+			ratio := float64(makespan) / float64(static10)
+			t.Logf("seed %d, %s: %.2fx", seed, name, ratio)
+			if ratio < 3.5 {
+				t.Errorf("seed %d, %s waits: makespan %.2fx static cap 10's, below the 3.8-5.6x docs/adaptive-limits.md states; update the docs", seed, name, ratio)
+			}
+		}
+	}
+}
