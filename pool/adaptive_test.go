@@ -37,6 +37,7 @@ func simulate(a *adaptiveLimit, cfg Adaptive, floor, cap, rounds int, now int64,
 		start := now
 		for i := range n {
 			a.granted(i + 1)
+			a.held(now)
 		}
 		hold := int64(w(n))
 		now += hold
@@ -74,6 +75,7 @@ func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step 
 	grant := func() {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			held = append(held, permit{start: now, end: now + int64(w(len(held)+1))})
 		}
 	}
@@ -113,6 +115,7 @@ func simulateOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step, wo
 	for now < int64(d) {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			held = append(held, permit{start: now, left: int64(work)})
 		}
 		i := 0
@@ -707,6 +710,7 @@ func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration
 				left[i]--
 				inUse[i]++
 				a.granted(inUse[i])
+				a.held(now)
 				held = append(held, permit{tenant: i, start: now, left: int64(work)})
 			}
 		}
@@ -770,6 +774,7 @@ func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, 
 			i := arrived - len(queue)
 			queue = queue[1:]
 			a.granted(len(inUse) + 1)
+			a.held(now)
 			h := int64(hold(i, len(inUse)+1))
 			holdSum += h
 			inUse = append(inUse, permit{start: now, end: now + h})
@@ -878,6 +883,7 @@ func simulateTurnsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, sca
 	for now < int64(d) {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			p := simPermit{start: now, left: now + int64(wait)}
 			if next%2 == 0 && scan > 0 {
 				p = simPermit{start: now, left: int64(scan), isScan: true}
@@ -961,6 +967,7 @@ func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, burst
 			for left > 0 && len(held) < a.limit {
 				left--
 				a.granted(len(held) + 1)
+				a.held(now)
 				p := simPermit{start: now, left: now + int64(b.wait)}
 				if b.scan > 0 {
 					p = simPermit{start: now, left: int64(b.scan), isScan: true}
@@ -1061,6 +1068,7 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 	for next < len(reqs) || len(held) > 0 {
 		for next < len(reqs) && len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			r := reqs[next]
 			p := simPermit{start: now, left: now + int64(r.wait)}
 			if r.scan > 0 {
