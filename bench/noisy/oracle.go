@@ -19,8 +19,8 @@ import (
 // while the quiet tenant (cap 10) reads as in the cpu-* scenarios. Which static cap is best depends on the
 // workload and on the machine; how far adaptive limits are from it does not.
 // Every configuration gets a fresh pool, so the adaptive limit's cold start
-// is in its numbers. oracle-multi also runs the try-once schedule, what
-// learning by trying costs (see oracleConfig.tryOnce).
+// is in its numbers. oracle-multi and oracle-turns also run a try-once
+// schedule, what learning by trying costs (see oracleConfig.tryOnce).
 
 // oracleConfig is one limit an oracle round runs the noisy tenants under.
 type oracleConfig struct {
@@ -28,10 +28,10 @@ type oracleConfig struct {
 	cap      int
 	adaptive bool
 	// tryOnce makes it a schedule, not a cap, and not a candidate for the
-	// best static cap: each noisy tenant starts at 1, runs at 2 from the end
-	// of its first query until the next one ends, then at 1. It is the least
-	// a controller pays that must try 2 to learn whether 2 helps: two of the
-	// tenant's queries at once for one hold.
+	// best static cap: each noisy tenant starts at cap, runs at cap+1 from
+	// the end of its first query until the next one ends, then at cap. It is
+	// the least a controller pays that holds the best cap but must try one
+	// more to learn whether one more helps.
 	tryOnce bool
 }
 
@@ -147,8 +147,10 @@ var oracleWorkloads = map[string]oracleWorkload{
 	// is even and a wait when odd, all sent at once, so every window of the
 	// noisy tenant's holds mixes both shapes (oracle-mix changes shape
 	// between bursts). As many queries as oracle-cpu's scans, half of them
-	// waits.
-	"oracle-turns": {tenants: noisyTenants[:1], load: func(ctx context.Context, p *tenantdb.Pool, scans int, out *outcome, mu *sync.Mutex) error {
+	// waits. Also run under "try 3 once": at 2 a window of a scan and a
+	// wait looks like waits of two lengths, which more permits would speed
+	// up, so a controller must try 3 to learn that they do not.
+	"oracle-turns": {tenants: noisyTenants[:1], configs: withTryOnce(oracleConfigs, 2), load: func(ctx context.Context, p *tenantdb.Pool, scans int, out *outcome, mu *sync.Mutex) error {
 		sendAtOnce(ctx, p, "noisy", scans, func(i int) (string, []any) {
 			if i%2 == 0 {
 				return scanSQL(i)
@@ -170,8 +172,8 @@ var oracleWorkloads = map[string]oracleWorkload{
 			return nil
 		}},
 	// Three noisy tenants at once, each with a third of the scans; also run
-	// under the try-once schedule, the floor of a controller that learns.
-	"oracle-multi": {tenants: noisyTenants, configs: withTryOnce(oracleConfigs), load: func(ctx context.Context, p *tenantdb.Pool, scans int, out *outcome, mu *sync.Mutex) error {
+	// under "try 2 once", the floor of a controller that learns.
+	"oracle-multi": {tenants: noisyTenants, configs: withTryOnce(oracleConfigs, 1), load: func(ctx context.Context, p *tenantdb.Pool, scans int, out *outcome, mu *sync.Mutex) error {
 		var wg sync.WaitGroup
 		start := time.Now()
 		for _, tenant := range noisyTenants {
@@ -186,17 +188,18 @@ var oracleWorkloads = map[string]oracleWorkload{
 	}},
 }
 
-// withTryOnce returns configs with the try-once schedule before the last
-// (adaptive) one.
-func withTryOnce(configs []oracleConfig) []oracleConfig {
+// withTryOnce returns configs with the try-once schedule from base before
+// the last (adaptive) one.
+func withTryOnce(configs []oracleConfig, base int) []oracleConfig {
 	n := len(configs) - 1
-	return append(slices.Clip(configs[:n]), oracleConfig{name: "try 2 once", cap: 1, tryOnce: true}, configs[n])
+	try := oracleConfig{name: fmt.Sprintf("try %d once", base+1), cap: base, tryOnce: true}
+	return append(slices.Clip(configs[:n]), try, configs[n])
 }
 
-// tryTwoOnce runs the try-once schedule on the tenants of p until done is
-// closed: each at 2 from the end of its first query until the next ends,
-// then at 1. It reads the tenants' counts every millisecond.
-func tryTwoOnce(p *tenantdb.Pool, tenants []string, done <-chan struct{}) error {
+// tryOnce runs the try-once schedule on the tenants of p until done is
+// closed: each at base+1 from the end of its first query until the next
+// ends, then at base. It reads the tenants' counts every millisecond.
+func tryOnce(p *tenantdb.Pool, tenants []string, base int, done <-chan struct{}) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	raisedAt := make(map[string]uint64) // completed queries when raised to 2
@@ -209,12 +212,12 @@ func tryTwoOnce(p *tenantdb.Pool, tenants []string, done <-chan struct{}) error 
 			switch {
 			case finished[id]:
 			case !raised && completed >= 1:
-				if err := p.Gate().SetTenantLimit(id, 2); err != nil {
+				if err := p.Gate().SetTenantLimit(id, base+1); err != nil {
 					return err
 				}
 				raisedAt[id] = completed
 			case raised && completed >= at+1:
-				if err := p.Gate().SetTenantLimit(id, 1); err != nil {
+				if err := p.Gate().SetTenantLimit(id, base); err != nil {
 					return err
 				}
 				finished[id] = true
@@ -291,7 +294,7 @@ func runOracle(ctx context.Context, env *environment, name string) ([]result, er
 			scheduled := make(chan error, 1)
 			if c.tryOnce {
 				stop = make(chan struct{})
-				go func() { scheduled <- tryTwoOnce(p, w.tenants, stop) }()
+				go func() { scheduled <- tryOnce(p, w.tenants, c.cap, stop) }()
 			}
 			runs[i], err = oracleBurst(ctx, p, w, scans, c.adaptive)
 			if stop != nil {
@@ -504,7 +507,7 @@ func oracleTable(rs []result) string {
 		return ""
 	}
 	fmt.Fprintf(&b, "\nAdaptive limits against the best static cap (oracle-*): PostgreSQL on one CPU; each round runs static caps 1, 2, 4, 10 "+
-		"and adaptive (cap 10) on the same workload (oracle-flood: static 10 and adaptive; oracle-multi also \"try 2 once\", a schedule that is not a candidate for the best cap), in a rotated order, each on a fresh pool; the quiet tenant reads as in cpu-*. "+
+		"and adaptive (cap 10) on the same workload (oracle-flood: static 10 and adaptive; oracle-multi also \"try 2 once\" and oracle-turns \"try 3 once\", schedules that are not candidates for the best cap), in a rotated order, each on a fresh pool; the quiet tenant reads as in cpu-*. "+
 		"Cells: median over rounds [min-max over rounds], and in brackets the median of each round's ratio to that round's best static cap [its min-max].\n\n")
 	b.WriteString("| workload | limit | quiet alone p50 | quiet p50 | quiet p99 | noisy makespan | effective limit |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")

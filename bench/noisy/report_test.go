@@ -81,7 +81,7 @@ func TestOracleRatios(t *testing.T) {
 
 // TestOracleTryOnceIsNotABestCap: oracle-multi's try-once schedule gets its
 // ratios like any row but is never the best static cap the others are
-// judged against, even where it beats every cap.
+// judged against, even where it beats every cap. oracle-turns tries 3 from 2.
 func TestOracleTryOnceIsNotABestCap(t *testing.T) {
 	ms := time.Millisecond
 	run := func(p99 time.Duration) oracleRun {
@@ -92,6 +92,9 @@ func TestOracleTryOnceIsNotABestCap(t *testing.T) {
 		t.Fatalf("oracle-multi configs %+v, want the static caps, try 2 once, then adaptive", configs)
 	}
 	// static 1, 2, 4, 10, try 2 once, adaptive
+	if turns := oracleWorkloads["oracle-turns"].limits(); len(turns) != 6 || turns[4].name != "try 3 once" || turns[4].cap != 2 || !turns[4].tryOnce {
+		t.Fatalf("oracle-turns configs %+v, want the static caps, try 3 once from 2, then adaptive", turns)
+	}
 	rounds := [][]oracleRun{{run(10 * ms), run(12 * ms), run(20 * ms), run(40 * ms), run(5 * ms), run(15 * ms)}}
 	rs := oracleResults("oracle-multi", rounds, []time.Duration{100 * ms})
 	if try, a := rs[4].Oracle, rs[5].Oracle; try.P99Ratio != 0.5 || a.P99Ratio != 1.5 {

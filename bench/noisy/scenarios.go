@@ -40,7 +40,7 @@ var scenarios = []scenario{
 	{"oracle-sleep", "as oracle-cpu: pg_sleep waits", runOracle},
 	{"oracle-mix", "as oracle-cpu: the noisy tenant alternates between bursts of scans and of waits", runOracle},
 	{"oracle-multi", "as oracle-cpu: three noisy tenants at once; also the try-once schedule", runOracle},
-	{"oracle-turns", "as oracle-cpu: scans and waits in turn within one burst", runOracle},
+	{"oracle-turns", "as oracle-cpu: scans and waits in turn within one burst; also the try-once schedule", runOracle},
 	{"oracle-flood", "a flood that only waits (100 x pg_sleep(0.5), cap 10) against its ideal 5 s: static 10 and adaptive", runOracle},
 	{"own-queue", "issue 27: acme's import (noisy) and its users' reads (quiet) in one tenant, cap 10, queueing over it", runOwnTenant(classPlans(true, false))},
 	{"own-reject", "as own-queue, rejecting over the cap", runOwnTenant(classPlans(false, false))},
