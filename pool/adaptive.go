@@ -107,7 +107,8 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // baseline, the shortest hold seen (a tenant starts at its floor, so that is
 // a hold at low concurrency). It knows nothing of the
 // Gate: it is fed samples and bounds, and answers with a limit, so it can be
-// tested with a made-up feed. All its methods are O(1); the Gate calls them
+// tested with a made-up feed. Its methods are O(1) but let, O(permits held)
+// (at most the tenant's cap); the Gate calls them
 // under its lock.
 //
 // A window is one round of the limit: as many samples as the limit, of
@@ -151,6 +152,13 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // A tenant that ran into its limit and then holds none, with none waiting,
 // starts its next burst as a new tenant does, at two at most (see emptied).
 //
+// Slow start doubles a limit of two or more only on a window of like holds
+// (its longest within Tolerance of its shortest) while no permit still held
+// has been out for longer than Tolerance times its longest; otherwise it
+// grows by one. A window closes on its first holds to end: a tenant that
+// sends scans and waits in turn closed its window at two on two waits while
+// a scan was still out, and doubled to four scans at once (see grow).
+//
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
 // above its floor is sent there for one window (a probe) to get one.
@@ -192,6 +200,9 @@ type adaptiveLimit struct {
 	// full says whether the tenant held its whole limit since it last held
 	// none (see emptied).
 	full bool
+	// out holds the grant clocks of the permits the tenant holds, oldest
+	// first (see held and let).
+	out []int64
 }
 
 // newAdaptiveLimit returns a controller for a new tenant: at its floor, in
@@ -222,10 +233,38 @@ func (a *adaptiveLimit) granted(inUse int) {
 	}
 }
 
-// observe feeds one released permit: granted at start, held for hold ns,
+// held notes a permit granted at start, which the tenant now holds.
+// Grants come in clock order, so out stays oldest first.
+func (a *adaptiveLimit) held(start int64) {
+	a.out = append(a.out, start)
+}
+
+// let forgets the permit granted at start, released or never handed out; a
+// start it does not know (a permit granted before the controller existed)
+// is ignored. It is O(permits held), at most the tenant's cap.
+func (a *adaptiveLimit) let(start int64) {
+	for i := len(a.out) - 1; i >= 0; i-- {
+		if a.out[i] == start {
+			a.out = append(a.out[:i], a.out[i+1:]...)
+			return
+		}
+	}
+}
+
+// oldestOut is how long, at now, the permit held longest has been out; 0
+// if none is held.
+func (a *adaptiveLimit) oldestOut(now int64) int64 {
+	if len(a.out) == 0 {
+		return 0
+	}
+	return now - a.out[0]
+}
+
+// observe feeds one released permit (see let): granted at start, held for hold ns,
 // released at now, when the tenant still holds inUse permits. It returns the
 // new limit.
 func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive, floor, cap int) int {
+	a.let(start)
 	floor = min(floor, cap)
 	hold = max(hold, 1)
 	if hold < a.baseline || a.baseline == 0 {
@@ -317,7 +356,7 @@ func (a *adaptiveLimit) observe(start, hold, now int64, inUse int, cfg *Adaptive
 		// The step's longest hold inflated: back to the limit before it.
 		a.cutTo(floor, a.stepLimit, a.winMax)
 	case a.peak >= old:
-		a.grow(cap)
+		a.grow(cap, a.doubles(cfg, now))
 	default:
 		a.wait = max(0, a.wait-1)
 	}
@@ -406,16 +445,33 @@ func (a *adaptiveLimit) tolerated(cfg *Adaptive) int64 {
 	return int64(float64(a.baseline)*factor) + inflationSlack
 }
 
-// grow raises the limit after a used window without inflation: doubling in
-// slow start, else by one, up to cap; never to the ceiling a cut left
-// until the backoff has passed. A clean window at the ceiling forgets it.
-func (a *adaptiveLimit) grow(cap int) {
+// doubles says whether slow start may double the limit at the end of this
+// window, at now: from one always, from more only if the window's holds were
+// alike (its longest within Tolerance of its shortest) and no permit still
+// held has been out longer than Tolerance times its longest. Holds of
+// different lengths may be scans beside waits, where the scans queue the
+// database and only the waits gain from more permits; doubling then grants
+// the scans twice the concurrency at once, which no cut can take back until
+// they end, while growing by one tries a single extra permit.
+func (a *adaptiveLimit) doubles(cfg *Adaptive, now int64) bool {
+	if !a.slowStart || a.limit < 2 {
+		return a.slowStart
+	}
+	alike := int64(float64(a.winMin)*cfg.Tolerance) + inflationSlack
+	return a.winMax <= alike && a.oldestOut(now) <= int64(float64(a.winMax)*cfg.Tolerance)+inflationSlack
+}
+
+// grow raises the limit after a used window without inflation: doubling if
+// double (see doubles), else by one, up to cap; never to the ceiling a cut
+// left until the backoff has passed. A clean window at the ceiling forgets
+// it.
+func (a *adaptiveLimit) grow(cap int, double bool) {
 	old := a.limit
 	if a.ceiling > 0 && old >= a.ceiling {
 		a.ceiling, a.wait, a.backoff = 0, 0, 0 // the ceiling no longer inflates
 	}
 	next := old + 1
-	if a.slowStart {
+	if double {
 		next = 2 * old
 	}
 	next = min(cap, next)
@@ -476,6 +532,7 @@ const restartLimit = 2
 // waits at once take three rounds of them instead of one). It returns the
 // new limit.
 func (a *adaptiveLimit) emptied(now int64, floor, cap int) int {
+	a.out = a.out[:0] // none held: forget any start let missed
 	if !a.full {
 		return a.limit
 	}

@@ -37,6 +37,7 @@ func simulate(a *adaptiveLimit, cfg Adaptive, floor, cap, rounds int, now int64,
 		start := now
 		for i := range n {
 			a.granted(i + 1)
+			a.held(now)
 		}
 		hold := int64(w(n))
 		now += hold
@@ -74,6 +75,7 @@ func simulateClosedLoop(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step 
 	grant := func() {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			held = append(held, permit{start: now, end: now + int64(w(len(held)+1))})
 		}
 	}
@@ -113,6 +115,7 @@ func simulateOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, step, wo
 	for now < int64(d) {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			held = append(held, permit{start: now, left: int64(work)})
 		}
 		i := 0
@@ -707,6 +710,7 @@ func simulateTenantsOneCore(cfg Adaptive, tenants, scans int, work time.Duration
 				left[i]--
 				inUse[i]++
 				a.granted(inUse[i])
+				a.held(now)
 				held = append(held, permit{tenant: i, start: now, left: int64(work)})
 			}
 		}
@@ -770,6 +774,7 @@ func simulateOpenLoop(a *adaptiveLimit, cfg Adaptive, floor, cap, requests int, 
 			i := arrived - len(queue)
 			queue = queue[1:]
 			a.granted(len(inUse) + 1)
+			a.held(now)
 			h := int64(hold(i, len(inUse)+1))
 			holdSum += h
 			inUse = append(inUse, permit{start: now, end: now + h})
@@ -878,6 +883,7 @@ func simulateTurnsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, d, sca
 	for now < int64(d) {
 		for len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			p := simPermit{start: now, left: now + int64(wait)}
 			if next%2 == 0 && scan > 0 {
 				p = simPermit{start: now, left: int64(scan), isScan: true}
@@ -961,6 +967,7 @@ func simulateBurstsOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, burst
 			for left > 0 && len(held) < a.limit {
 				left--
 				a.granted(len(held) + 1)
+				a.held(now)
 				p := simPermit{start: now, left: now + int64(b.wait)}
 				if b.scan > 0 {
 					p = simPermit{start: now, left: int64(b.scan), isScan: true}
@@ -1054,13 +1061,15 @@ type simRequest struct{ scan, wait time.Duration }
 
 // simulateInOrderOneCore runs one burst of requests sent at once and served
 // in order, as the Gate does, on one core: scans share it (processor
-// sharing), waits take as long however many run. It returns the makespan.
-func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs []simRequest) time.Duration {
+// sharing), waits take as long however many run. It returns the makespan,
+// and how long three or more scans were held at once.
+func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs []simRequest) (makespan, crowded time.Duration) {
 	var held []simPermit
 	now, next := int64(1), 0
 	for next < len(reqs) || len(held) > 0 {
 		for next < len(reqs) && len(held) < a.limit {
 			a.granted(len(held) + 1)
+			a.held(now)
 			r := reqs[next]
 			p := simPermit{start: now, left: now + int64(r.wait)}
 			if r.scan > 0 {
@@ -1069,7 +1078,10 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 			next++
 			held = append(held, p)
 		}
-		i, end, _ := oneCoreRelease(held, now)
+		i, end, scanned := oneCoreRelease(held, now)
+		if scanned >= float64(3*(end-now)) {
+			crowded += time.Duration(end - now)
+		}
 		now = end
 		p := held[i]
 		held = append(held[:i], held[i+1:]...)
@@ -1078,7 +1090,7 @@ func simulateInOrderOneCore(a *adaptiveLimit, cfg Adaptive, floor, cap int, reqs
 			a.emptied(now, floor, cap)
 		}
 	}
-	return time.Duration(now - 1)
+	return time.Duration(now - 1), crowded
 }
 
 // inTurns returns n requests, a and b in turn, a first.
@@ -1099,16 +1111,17 @@ func inTurns(n int, a, b simRequest) []simRequest {
 // limit, so a rule that takes a mean hold over Tolerance times the shortest
 // for queueing holds them near two: one tried for oracle-turns (scans and
 // waits in turn look the same at a limit of two) took 4.8x static cap 10's
-// makespan here. The controller takes 1.12x and 1.40x (slow start, and the
-// allowance in proportion to the limit); want within 1.5x.
+// makespan here. The controller takes 1.21x and 1.45x (slow start, by one
+// from two on these unlike holds, and the allowance in proportion to the
+// limit; 1.12x and 1.40x while slow start doubled on them); want within 1.5x.
 func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	cfg.ProbeInterval = time.Hour
 	short, long := simRequest{wait: 50 * time.Millisecond}, simRequest{wait: 150 * time.Millisecond}
 	for _, reqs := range [][]simRequest{inTurns(200, short, long), inTurns(200, long, short)} {
-		static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
+		static10, _ := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
 		a := newAdaptiveLimit(1, 1)
-		if makespan := simulateInOrderOneCore(a, cfg, 1, 10, reqs); float64(makespan) > 1.5*float64(static10) {
+		if makespan, _ := simulateInOrderOneCore(a, cfg, 1, 10, reqs); float64(makespan) > 1.5*float64(static10) {
 			t.Errorf("first wait %v: makespan %v, want within 1.5x static cap 10's %v", reqs[0].wait, makespan, static10)
 		}
 	}
@@ -1118,9 +1131,10 @@ func TestAdaptiveLimitWaitsOfTwoLengthsKeepTheirConcurrency(t *testing.T) {
 // docs/adaptive-limits.md states with these numbers: 200 waits sent at once,
 // uniform in 50-500 ms or lognormal around 100 ms (six seeds each), look
 // like queueing to a controller that compares each window's shortest hold
-// with the shortest ever seen, and take 3.8-5.6x static cap 10's makespan
-// (static cap 2 takes 5x). It fails when a change lifts the limit: then
-// update the docs with the new numbers and this test with them.
+// with the shortest ever seen, and take 4.0-6.5x static cap 10's makespan
+// (static cap 2 takes 5x; 3.8-5.6x while slow start doubled on unlike
+// holds). It fails when a change lifts the limit: then update the docs with
+// the new numbers and this test with them.
 func TestAdaptiveLimitWidelyVaryingWaitsAreHeldNearTwo(t *testing.T) {
 	cfg := adaptiveDefaults(t)
 	cfg.ProbeInterval = time.Hour
@@ -1132,13 +1146,66 @@ func TestAdaptiveLimitWidelyVaryingWaitsAreHeldNearTwo(t *testing.T) {
 			lognormal[i] = simRequest{wait: time.Duration(math.Exp(math.Log(100)+r.NormFloat64())) * time.Millisecond}
 		}
 		for name, reqs := range map[string][]simRequest{"uniform": uniform, "lognormal": lognormal} {
-			static10 := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
-			makespan := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
+			static10, _ := simulateInOrderOneCore(newAdaptiveLimit(10, 1), cfg, 10, 10, reqs)
+			makespan, _ := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
 			ratio := float64(makespan) / float64(static10)
 			t.Logf("seed %d, %s: %.2fx", seed, name, ratio)
 			if ratio < 3.5 {
-				t.Errorf("seed %d, %s waits: makespan %.2fx static cap 10's, below the 3.8-5.6x docs/adaptive-limits.md states; update the docs", seed, name, ratio)
+				t.Errorf("seed %d, %s waits: makespan %.2fx static cap 10's, below the 4.0-6.5x docs/adaptive-limits.md states; update the docs", seed, name, ratio)
 			}
 		}
+	}
+}
+
+// TestAdaptiveLimitSlowStartStepsByOneOnUnlikeHolds: one burst of 16
+// requests, scans and waits of 100 ms in turn (the oracle-turns benchmark's
+// size here). A window at two closed on its first holds to end, two waits
+// while a scan was still out, or a scan and a wait; doubling from it granted
+// four at once, and three or more scans shared the core for 25-40% of the
+// burst, as long as under static cap 3 (25-54%). Slow start now grows by one
+// from such windows: 0-10%; want under a quarter of static cap 3's, with a
+// makespan within 1.1x static cap 2's (1.04-1.08x; slow start from one).
+func TestAdaptiveLimitSlowStartStepsByOneOnUnlikeHolds(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	for _, scan := range []time.Duration{150 * time.Millisecond, 250 * time.Millisecond, 350 * time.Millisecond} {
+		reqs := inTurns(16, simRequest{scan: scan}, simRequest{wait: 100 * time.Millisecond})
+		static2, _ := simulateInOrderOneCore(newAdaptiveLimit(2, 1), cfg, 2, 2, reqs)
+		_, static3 := simulateInOrderOneCore(newAdaptiveLimit(3, 1), cfg, 3, 3, reqs)
+		makespan, crowded := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
+		if crowded > static3/4 || float64(makespan) > 1.1*float64(static2) {
+			t.Errorf("scans of %v: three or more at once for %v (static cap 3: %v), makespan %v (static cap 2: %v); want under a quarter of static cap 3's, within 1.1x static cap 2's",
+				scan, crowded, static3, makespan, static2)
+		}
+	}
+}
+
+// TestAdaptiveOutForgetsAGrantGivenBack: the controller keeps the grant
+// clocks of the permits a tenant holds (doubles reads the oldest). A grant
+// that raced its caller's cancellation is given back unheld and must leave
+// none behind, or that tenant's slow start would wait on a permit no one
+// holds.
+func TestAdaptiveOutForgetsAGrantGivenBack(t *testing.T) {
+	g, clock := newTestGate(t, Config{Capacity: 1, Adaptive: Adaptive{Enabled: true}})
+	holder := acquire(t, g, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
+	waitUntil(t, "b waits", func() bool { return g.Stat().Waiting == 1 })
+	clock.advance(time.Millisecond)
+	g.mu.Lock()
+	cancel()
+	g.releaseLocked(holder.s) // grants b's waiter, which wakes cancelled and gives it back
+	g.mu.Unlock()
+	if err := recvErr(t, done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	p := acquire(t, g, "b")
+	g.mu.Lock()
+	out := slices.Clone(g.tenants["b"].ad.out)
+	g.mu.Unlock()
+	p.Release()
+	if len(out) != 1 {
+		t.Fatalf("b holds one permit; its controller has %d grant clocks %v", len(out), out)
 	}
 }

@@ -122,6 +122,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		sample := g.sampleTick%holdSampleEvery == 0
 		if now != 0 {
 			p.s.start, p.s.weight = now, 1
+			g.heldLocked(t, class, now)
 		} else if sample {
 			p.s.start, p.s.weight = g.nowLocked(), holdSampleEvery
 		}
@@ -288,6 +289,7 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, waitedIn waitStage, d *Trace
 	g.fillWaitsLocked(w, d)
 	if w.err == nil && ctxErr != nil {
 		// Rather than hand a permit to a caller that has gone.
+		g.letLocked(t, w.l.class, w.permit.s.start)
 		w.permit.s.start = 0 // never held: its ~0 hold must not count in RetryAfter's average
 		_, lease = g.releaseLocked(w.permit.s)
 		w.permit, w.outcome, w.err = Permit{}, ctxOutcome(ctxErr), ctxErr
@@ -359,6 +361,7 @@ func (g *Gate) takeLocked(t *tenant, c *classState) {
 func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
 	p := g.newPermitLocked(w.t, w.l.class)
 	p.s.start, p.s.weight = now, 1
+	g.heldLocked(w.t, w.l.class, now)
 	p.s.lease, w.lease = w.lease, nil
 	w.permit = p
 	g.waiting--

@@ -202,6 +202,22 @@ func (g *Gate) adaptiveFloorLocked(t *tenant) int {
 	return min(t.cap, max(g.cfg.Adaptive.MinConns, t.plan.ReservedConns))
 }
 
+// heldLocked tells t's controller, if any, that t holds a permit of class c
+// granted at start; only the default class drives it (see releaseLocked).
+func (g *Gate) heldLocked(t *tenant, c *classState, start int64) {
+	if t.ad != nil && c.index == 0 {
+		t.ad.held(start)
+	}
+}
+
+// letLocked tells t's controller, if any, that the permit of class c granted
+// at start was given back without being held (see leaveLocked).
+func (g *Gate) letLocked(t *tenant, c *classState, start int64) {
+	if t.ad != nil && c.index == 0 && start != 0 {
+		t.ad.let(start)
+	}
+}
+
 // adaptLocked feeds t's controller one released permit of the default
 // class, of which t still holds inUse, tells it when t has none of that
 // class held or waiting, and applies the limit it answers. A

@@ -171,6 +171,11 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 	if g.reservedFree != g.reservedTotal {
 		t.Errorf("bookkeeping off: reservedFree %d reservedTotal %d", g.reservedFree, g.reservedTotal)
 	}
+	for id, tn := range g.tenants {
+		if tn.ad != nil && len(tn.ad.out) != 0 {
+			t.Errorf("%s holds nothing, but its controller keeps %d grant clocks", id, len(tn.ad.out))
+		}
+	}
 	g.mu.Unlock()
 	if mc != nil {
 		if n := mc.outstanding(); n != 0 {
