@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -157,7 +158,7 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // has been out for longer than Tolerance times its longest; otherwise it
 // grows by one. A window closes on its first holds to end: a tenant that
 // sends scans and waits in turn closed its window at two on two waits while
-// a scan was still out, and doubled to four scans at once (see grow).
+// a scan was still out, and doubled to four scans at once (see doubles).
 //
 // The baseline falls at once with any shorter hold. To follow it upwards, a
 // window at the floor older than ProbeInterval replaces it; a busy tenant
@@ -233,10 +234,15 @@ func (a *adaptiveLimit) granted(inUse int) {
 	}
 }
 
-// held notes a permit granted at start, which the tenant now holds.
-// Grants come in clock order, so out stays oldest first.
+// held notes a permit granted at start, which the tenant now holds. Grants
+// come nearly in clock order (a fast-path grant reads the clock before the
+// Gate's lock), so it is put in place from the end, keeping out oldest first.
 func (a *adaptiveLimit) held(start int64) {
-	a.out = append(a.out, start)
+	i := len(a.out)
+	for i > 0 && a.out[i-1] > start {
+		i--
+	}
+	a.out = slices.Insert(a.out, i, start)
 }
 
 // let forgets the permit granted at start, released or never handed out; a

@@ -1209,3 +1209,17 @@ func TestAdaptiveOutForgetsAGrantGivenBack(t *testing.T) {
 		t.Fatalf("b holds one permit; its controller has %d grant clocks %v", len(out), out)
 	}
 }
+
+// TestAdaptiveOutKeepsTheOldestFirst: a fast-path grant reads the clock
+// before the Gate's lock, so grant clocks can arrive a little out of order;
+// the oldest permit still held is still the one doubles reads.
+func TestAdaptiveOutKeepsTheOldestFirst(t *testing.T) {
+	a := newAdaptiveLimit(1, 1)
+	for _, start := range []int64{10, 30, 20, 5, 40} {
+		a.held(start)
+	}
+	a.let(5)
+	if got := a.oldestOut(100); got != 90 || !slices.IsSorted(a.out) {
+		t.Fatalf("oldest out %d (grant clocks %v), want 90: the permit granted at 10", got, a.out)
+	}
+}
