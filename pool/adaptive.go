@@ -108,9 +108,9 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 // baseline, the shortest hold seen (a tenant starts at its floor, so that is
 // a hold at low concurrency). It knows nothing of the
 // Gate: it is fed samples and bounds, and answers with a limit, so it can be
-// tested with a made-up feed. Its methods are O(1) but let, O(permits held)
-// (at most the tenant's cap); the Gate calls them
-// under its lock.
+// tested with a made-up feed. Its methods are O(1) but held and let,
+// O(permits held) at most (the tenant's cap); the Gate calls them under its
+// lock.
 //
 // A window is one round of the limit: as many samples as the limit, of
 // permits granted after the limit last changed (earlier ones ran under

@@ -375,23 +375,31 @@ func TestSpuriousWakeIsNotAMaxWaitTimeout(t *testing.T) {
 	}
 }
 
+// giveBackRacedGrant makes a request of tenant id wait behind holder, the
+// only permit of a one-permit gate, then releases holder as that request's
+// context is cancelled, so the grant races the cancellation and is given
+// back unheld. The request must fail with context.Canceled.
+func giveBackRacedGrant(t *testing.T, g *Gate, holder Permit, id string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := g.Acquire(ctx, id); done <- err }()
+	waitUntil(t, id+" waits", func() bool { return g.Stat().Waiting == 1 })
+	g.mu.Lock()
+	cancel()
+	g.releaseLocked(holder.s) // grants the waiter, which wakes cancelled and gives it back
+	g.mu.Unlock()
+	if err := recvErr(t, done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestGrantGivenBackDoesNotFeedRetryAfter(t *testing.T) {
 	g, clock := newTestGate(t, Config{Capacity: 1, Tracer: nopTracer{}}) // traced: every hold measured
 	p := acquire(t, g, "b")
 	clock.advance(time.Second)
 	p.Release()
-	holder := acquire(t, g, "a")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := g.Acquire(ctx, "b"); done <- err }()
-	waitUntil(t, "b waits", func() bool { return g.Stat().Waiting == 1 })
-	g.mu.Lock()
-	cancel()
-	g.releaseLocked(holder.s) // grants b's waiter, which wakes cancelled and gives it back
-	g.mu.Unlock()
-	if err := recvErr(t, done); !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v", err)
-	}
+	giveBackRacedGrant(t, g, acquire(t, g, "a"), "b")
 	if s, _ := g.TenantStat("b"); s.AvgHold != time.Second {
 		t.Fatalf("AvgHold = %v after a grant given back unused, want 1s", s.AvgHold)
 	}

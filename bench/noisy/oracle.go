@@ -196,10 +196,10 @@ func withTryOnce(configs []oracleConfig, base int) []oracleConfig {
 	return append(slices.Clip(configs[:n]), try, configs[n])
 }
 
-// tryOnce runs the try-once schedule on the tenants of p until done is
+// runTryOnce runs the try-once schedule on the tenants of p until done is
 // closed: each at base+1 from the end of its first query until the next
 // ends, then at base. It reads the tenants' counts every millisecond.
-func tryOnce(p *tenantdb.Pool, tenants []string, base int, done <-chan struct{}) error {
+func runTryOnce(p *tenantdb.Pool, tenants []string, base int, done <-chan struct{}) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	raisedAt := make(map[string]uint64) // completed queries when raised to 2
@@ -294,7 +294,7 @@ func runOracle(ctx context.Context, env *environment, name string) ([]result, er
 			scheduled := make(chan error, 1)
 			if c.tryOnce {
 				stop = make(chan struct{})
-				go func() { scheduled <- tryOnce(p, w.tenants, c.cap, stop) }()
+				go func() { scheduled <- runTryOnce(p, w.tenants, c.cap, stop) }()
 			}
 			runs[i], err = oracleBurst(ctx, p, w, scans, c.adaptive)
 			if stop != nil {
