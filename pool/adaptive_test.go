@@ -1211,3 +1211,44 @@ func TestAdaptiveOutKeepsTheOldestFirst(t *testing.T) {
 		t.Fatalf("oldest out %d (grant clocks %v), want 90: the permit granted at 10", got, a.out)
 	}
 }
+
+// TestAdaptiveLimitScansAndWaitsInTurnPayTheFirstTry pins a limit that
+// docs/adaptive-limits.md states with these numbers: bursts of 20 requests
+// sent at once, 10 scans (150, 200 or 300 ms of one core) and 10 waits of
+// 100 ms in a shuffled order (20 seeds each, the size of the oracle-turns
+// benchmark's bursts), take 1.23x the best static cap's makespan on average
+// over the 60 bursts (caps 1 to 4; 1.30x, 1.23x and 1.16x by scan length),
+// 1.67x at worst. Slow start's try at two or three often draws two scans
+// first: their window is the signal a CPU-bound tenant's try gives, and the
+// tenant is cut to one before a window shows that a scan beside a wait
+// gains. Judging a window on a third inflated hold (minInflatedSamples 3)
+// brings the mean to 1.11x, but three CPU-bound tenants learning at once
+// then hold 5.4, 5.0 and 4.5 scans at once on average instead of 4.2, 4.0
+// and 3.75 (TestAdaptiveLimitSeveralCPUBoundTenantsLearnAtOnce). It fails when a
+// change moves the mean out of 1.15-1.30x: then update the docs with the new
+// numbers and this test with them.
+func TestAdaptiveLimitScansAndWaitsInTurnPayTheFirstTry(t *testing.T) {
+	cfg := adaptiveDefaults(t)
+	cfg.ProbeInterval = time.Hour
+	var sum, worst float64
+	bursts := 0
+	for _, scan := range []time.Duration{150 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
+		for seed := uint64(1); seed <= 20; seed++ {
+			reqs := inTurns(20, simRequest{scan: scan}, simRequest{wait: 100 * time.Millisecond})
+			rand.New(rand.NewPCG(seed, 3)).Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+			best := time.Duration(math.MaxInt64)
+			for c := 1; c <= 4; c++ {
+				m, _ := simulateInOrderOneCore(newAdaptiveLimit(c, 1), cfg, c, c, reqs)
+				best = min(best, m)
+			}
+			m, _ := simulateInOrderOneCore(newAdaptiveLimit(1, 1), cfg, 1, 10, reqs)
+			ratio := float64(m) / float64(best)
+			sum, worst, bursts = sum+ratio, max(worst, ratio), bursts+1
+		}
+	}
+	mean := sum / float64(bursts)
+	t.Logf("makespan %.2fx the best static cap's on average over %d bursts, %.2fx at worst", mean, bursts, worst)
+	if mean < 1.15 || mean > 1.30 {
+		t.Errorf("makespan %.2fx the best static cap's on average, outside the 1.15-1.30x docs/adaptive-limits.md states; update the docs", mean)
+	}
+}
