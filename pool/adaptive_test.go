@@ -1215,8 +1215,8 @@ func TestAdaptiveOutKeepsTheOldestFirst(t *testing.T) {
 // TestAdaptiveLimitScansAndWaitsInTurnPayTheFirstTry pins a limit that
 // docs/adaptive-limits.md states with these numbers: bursts of 20 requests
 // sent at once, 10 scans (150, 200 or 300 ms of one core) and 10 waits of
-// 100 ms in a shuffled order (20 seeds each, the size of the oracle-turns
-// benchmark's bursts), take 1.23x the best static cap's makespan on average
+// 100 ms in a shuffled order (20 seeds each; the oracle-turns benchmark's
+// bursts where a scan alone takes 200 ms), take 1.23x the best static cap's makespan on average
 // over the 60 bursts (caps 1 to 4; 1.30x, 1.23x and 1.16x by scan length),
 // 1.67x at worst. Slow start's try at two or three often draws two scans
 // first: their window is the signal a CPU-bound tenant's try gives, and the

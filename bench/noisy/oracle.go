@@ -202,7 +202,7 @@ func withTryOnce(configs []oracleConfig, base int) []oracleConfig {
 func runTryOnce(p *tenantdb.Pool, tenants []string, base int, done <-chan struct{}) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	raisedAt := make(map[string]uint64) // completed queries when raised to 2
+	raisedAt := make(map[string]uint64) // completed queries when raised to base+1
 	finished := make(map[string]bool)
 	for {
 		for _, id := range tenants {
