@@ -12,7 +12,8 @@ GO ?= go
 # nested go.mod, so each module's directory is named.
 PKGS ?= $(addsuffix /...,$(shell $(GO) list -m -f '{{.Dir}}'))
 # Ryuk, testcontainers' reaper, needs an image from a registry: off unless
-# the caller says otherwise. The tests terminate their containers themselves.
+# the caller says otherwise. The tests terminate their containers themselves
+# (and tenantdbtest turns Ryuk off itself where its image cannot be had).
 TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_RYUK_DISABLED
 
