@@ -24,9 +24,14 @@
 # has it built from the same recipe (the recipe's hash is kept in the
 # image's org.tenantdb.recipe label), so a second run takes a few seconds.
 #
-# Usage: testdata/build-images.sh [--force] [postgres] [redis] [jaeger] [prometheus]
-#   --force   rebuild even when an up-to-date image exists
-#   no names  all four
+# Usage: testdata/build-images.sh [--force | --if-needed] [postgres] [redis] [jaeger] [prometheus]
+#   --force      rebuild even when an up-to-date image exists
+#   --if-needed  what `make test` and `make demo` run first: build only where
+#                the tests would otherwise fail, that is a local image built
+#                from an older recipe, or none while the official image is
+#                neither in the local store nor pulled from a registry (one
+#                `docker pull` tells); silent when nothing is to be done
+#   no names     all four
 #
 # Needs: docker, and for what is missing: mmdebstrap (apt-get install
 # mmdebstrap; run as root, or as a user for whom mmdebstrap's unshare mode
@@ -49,17 +54,19 @@ SUITE=bookworm
 LABEL=org.tenantdb.recipe
 
 force=0
+if_needed=0
 want=()
 for arg in "$@"; do
 	case "$arg" in
 	--force) force=1 ;;
+	--if-needed) if_needed=1 ;;
 	postgres | redis | jaeger | prometheus) want+=("$arg") ;;
 	-h | --help)
 		sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
-		echo "build-images: unknown argument $arg (want --force, postgres, redis, jaeger, prometheus)" >&2
+		echo "build-images: unknown argument $arg (want --force, --if-needed, postgres, redis, jaeger, prometheus)" >&2
 		exit 2
 		;;
 	esac
@@ -72,7 +79,8 @@ die() {
 	exit 1
 }
 
-command -v docker >/dev/null || die "docker not found; install Docker Engine (Debian: apt-get install docker.io)"
+[ $force -eq 0 ] || [ $if_needed -eq 0 ] || die "--force and --if-needed exclude each other"
+command -v docker >/dev/null || die "docker not found: the tests and the demo start PostgreSQL in Docker; install Docker Engine (Debian: apt-get install docker.io)"
 docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon (is it running, and may this user use it?)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/tenantdb-images.XXXXXX")"
@@ -236,6 +244,17 @@ tag_of() {
 	esac
 }
 
+# official_of NAME is the image the tests use where the local one is missing
+# (tenantdb/tenantdbtest/images.go).
+official_of() {
+	case "$1" in
+	postgres) echo postgres:15 ;;
+	redis) echo redis:7 ;;
+	jaeger) echo jaegertracing/jaeger:2.12.0 ;;
+	prometheus) echo prom/prometheus:v2.42.0 ;;
+	esac
+}
+
 # run_build NAME builds one image, logging to $work/NAME.log, and prints the
 # log's tail when the build fails.
 run_build() {
@@ -268,14 +287,37 @@ run_build() {
 
 start=$SECONDS
 todo=()
+unserved=() # --if-needed: no local image, official one not in the store
 for name in "${want[@]}"; do
 	tag="$(tag_of "$name")"
 	if [ $force -eq 0 ] && up_to_date "$tag" "$(recipe_hash "$name")"; then
-		log "$tag: up to date"
+		[ $if_needed -eq 1 ] || log "$tag: up to date"
 		continue
 	fi
+	if [ $if_needed -eq 1 ] && ! docker image inspect "$tag" >/dev/null 2>&1; then
+		# The tests take the official image where the local one is missing.
+		docker image inspect "$(official_of "$name")" >/dev/null 2>&1 || unserved+=("$name")
+		continue
+	fi
+	[ $if_needed -eq 0 ] || log "$tag: built from an older recipe, rebuilding"
 	todo+=("$name")
 done
+
+# One pull of the first missing official image says whether a registry
+# serves them; the tests pull the others themselves. Where none answers,
+# build the local images instead.
+if [ ${#unserved[@]} -gt 0 ]; then
+	official="$(official_of "${unserved[0]}")"
+	if pull_err="$(timeout 120 docker pull -q "$official" 2>&1 >/dev/null)"; then
+		log "$official: pulled from a registry; the tests pull the other official images themselves"
+	else
+		[ -n "$pull_err" ] || pull_err="no answer in 120 s"
+		log "no container registry serves the official images (docker pull $official: ${pull_err//$'\n'/ }):"
+		log "building the local ones the tests use instead: ${unserved[*]} (once; later runs find them)"
+		todo+=("${unserved[@]}")
+	fi
+fi
+[ $if_needed -eq 0 ] || [ ${#todo[@]} -gt 0 ] || exit 0
 
 # Jaeger's build is CPU-bound, the Debian ones mostly wait for downloads and
 # dpkg: run Jaeger's in the background while the others run one by one.

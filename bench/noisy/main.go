@@ -6,9 +6,13 @@
 // rejecting, and oversubscribed plans where the fair gate decides) and behind
 // PgBouncer, and writes a table and a chart of what each tenant saw.
 //
+// By default it runs the guide's experiment (shared, queue, reject) and the
+// fair row, in about a minute, and exits 1 when a target of that table is
+// missed; -scenarios all runs every scenario.
+//
 //	go run ./bench/noisy                 # starts PostgreSQL in Docker
 //	go run ./bench/noisy -scale 0.25     # four times faster
-//	go run ./bench/noisy -dsn postgres://... -json -out bench/results
+//	go run ./bench/noisy -scenarios all -json -out bench/results
 package main
 
 import (
@@ -19,6 +23,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +37,7 @@ func main() {
 	flag.Float64Var(&opts.scale, "scale", 1, "time scale: 1 = queries of 1 s (noisy) and 20 ms (quiet); 0.25 is four times faster")
 	flag.BoolVar(&opts.json, "json", false, "print one JSON object per scenario and tenant on stdout instead of the table")
 	flag.StringVar(&opts.out, "out", "", "directory for the report (noisy.md, quiet_p50.png, results.json); empty writes none")
-	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	flag.StringVar(&opts.only, "scenarios", "", "comma-separated scenarios to run, or all (default "+strings.Join(defaultScenarios, ",")+": the guide's experiment and weighted fair share with a reservation): "+strings.Join(scenarioNames(), ","))
 	flag.StringVar(&opts.cpuset, "cpuset", "1", "host CPUs for the CPU-bound scenarios' PostgreSQL (docker --cpuset-cpus); one CPU, so the client keeps the others")
 	flag.StringVar(&opts.otlp, "otlp", "", "send the run's traces to this OTLP/gRPC endpoint, e.g. Jaeger's localhost:4317")
 	flag.StringVar(&opts.metrics, "metrics", "", "serve the run's metrics for Prometheus at http://ADDR/metrics, e.g. localhost:9464")
@@ -45,6 +50,13 @@ func main() {
 	}
 	if opts.scale <= 0 || opts.scale > 10 {
 		log.Fatalf("-scale %v: want a number in (0, 10]", opts.scale)
+	}
+	if opts.only != "" && opts.only != "all" {
+		for _, name := range strings.Split(opts.only, ",") {
+			if !slices.Contains(scenarioNames(), strings.TrimSpace(name)) {
+				log.Fatalf("-scenarios: no scenario %q; want all or some of %s", name, strings.Join(scenarioNames(), ","))
+			}
+		}
 	}
 
 	disableReaperUnlessAsked()
@@ -83,6 +95,7 @@ func run(ctx context.Context, opts options) error {
 	defer env.close()
 
 	var results []result
+	n, i := opts.count(), 0
 	for _, sc := range scenarios {
 		if !opts.selected(sc.name) {
 			continue
@@ -90,6 +103,8 @@ func run(ctx context.Context, opts options) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		i++
+		progress("[%d/%d] %s: %s", i, n, sc.name, sc.about)
 		rs, err := sc.run(ctx, env, sc.name)
 		if err != nil {
 			if skip, ok := err.(skipError); ok {
@@ -118,6 +133,9 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 		progress("report written to %s", opts.out)
+	}
+	if missed := guideMissed(results, opts.scale); len(missed) > 0 {
+		return fmt.Errorf("the guide's table does not hold here: %s", strings.Join(missed, "; "))
 	}
 	return nil
 }
@@ -156,8 +174,16 @@ func (o options) needsPostgres() bool {
 	return false
 }
 
+// defaultScenarios are what runs without -scenarios: the guide's experiment
+// (shared, queue, reject) and the row no semaphore gives, weighted fair
+// share with a reservation (fair). About a minute at scale 1.
+var defaultScenarios = []string{"shared", "queue", "reject", "fair"}
+
 func (o options) selected(name string) bool {
-	if o.only == "" {
+	switch strings.TrimSpace(o.only) {
+	case "":
+		return slices.Contains(defaultScenarios, name)
+	case "all":
 		return true
 	}
 	for _, s := range strings.Split(o.only, ",") {
@@ -166,6 +192,17 @@ func (o options) selected(name string) bool {
 		}
 	}
 	return false
+}
+
+// count is the number of selected scenarios.
+func (o options) count() int {
+	n := 0
+	for _, sc := range scenarios {
+		if o.selected(sc.name) {
+			n++
+		}
+	}
+	return n
 }
 
 // progress prints a status line on stderr, so stdout stays the report.

@@ -51,6 +51,66 @@ func TestTargetsFlagWhatIsMissed(t *testing.T) {
 	}
 }
 
+// TestGuideMissedFailsOnlyTheGuidesRows: the default run exits 1 on a missed
+// target of shared, queue, reject or fair, not on the other scenarios'.
+func TestGuideMissedFailsOnlyTheGuidesRows(t *testing.T) {
+	held := []result{
+		{Scenario: "shared", Tenant: "quiet", P50: 9500, P99: 9990},
+		{Scenario: "shared", Tenant: "quiet-unloaded", P50: 20, P99: 21},
+		{Scenario: "queue", Tenant: "quiet", P50: 20, P99: 22},
+		{Scenario: "queue", Tenant: "quiet-unloaded", P50: 20, P99: 21},
+		{Scenario: "queue", Tenant: "noisy", Completed: 200, Makespan: 20_050},
+		{Scenario: "reject", Tenant: "noisy", Completed: 10, Rejected: 190, MaxReject: 0.5},
+		{Scenario: "fair", Tenant: "quiet", P50: 20, P99: 21},
+		{Scenario: "fair", Tenant: "quiet-unloaded", P50: 20, P99: 21},
+		{Scenario: "fair", Tenant: "noisy", Completed: 200, Makespan: 13_000},
+		// Outside the guide's rows: missed, but not the run's verdict.
+		{Scenario: "http-reject", Tenant: "noisy", Completed: 10, Rejected: 190, MaxRejectServer: 12},
+	}
+	if m := guideMissed(held, 1); len(m) != 0 {
+		t.Fatalf("guideMissed = %q, want none", m)
+	}
+	if got := targets(held, 1); !strings.Contains(got, "MISSED: http-reject") || !strings.Contains(got, "met: shared: quiet p50 9,500 ms, 475x unloaded") {
+		t.Fatalf("targets:\n%s", got)
+	}
+	for _, c := range []struct {
+		name   string
+		breaks func(rs []result)
+		want   string
+	}{
+		{"shared does not couple", func(rs []result) { rs[0].P50 = 25 }, "shared: quiet p50"},
+		{"queue loses a query", func(rs []result) { rs[4].Completed = 199 }, "queue: noisy completed 199/200"},
+		{"reject serves 11", func(rs []result) { rs[5].Completed, rs[5].Rejected = 11, 189 }, "reject: 11 served"},
+		{"fair's quiet waits", func(rs []result) { rs[6].P50 = 500 }, "fair: quiet p50 25.00x"},
+		{"fair no faster than queue", func(rs []result) { rs[8].Makespan = 20_100 }, "fair: noisy completed 200/200"},
+	} {
+		rs := append([]result(nil), held...)
+		c.breaks(rs)
+		m := guideMissed(rs, 1)
+		if len(m) != 1 || !strings.HasPrefix(m[0], c.want) {
+			t.Errorf("%s: guideMissed = %q, want one starting %q", c.name, m, c.want)
+		}
+	}
+}
+
+func TestDefaultScenariosAreTheGuidesAndFair(t *testing.T) {
+	var def, all []string
+	for _, name := range scenarioNames() {
+		if (options{}).selected(name) {
+			def = append(def, name)
+		}
+		if (options{only: "all"}).selected(name) {
+			all = append(all, name)
+		}
+	}
+	if strings.Join(def, ",") != "shared,queue,reject,fair" || len(all) != len(scenarios) {
+		t.Fatalf("default %v, all %d of %d", def, len(all), len(scenarios))
+	}
+	if !(options{only: "pgbouncer, fair"}).selected("fair") || (options{only: "pgbouncer"}).selected("fair") {
+		t.Fatal("a list selects its names only")
+	}
+}
+
 // TestOracleRatios: each round's ratio is to that round's best static cap,
 // per metric, and the table marks a target missed by its median.
 func TestOracleRatios(t *testing.T) {

@@ -179,10 +179,7 @@ func warm(ctx context.Context, p *pgxpool.Pool, w workload) error {
 
 // measure runs the quiet tenant alone, then the flood, and returns the rows.
 func (env *environment) measure(ctx context.Context, name string, q queryFunc) []result {
-	progress("%s: quiet tenant alone (its unloaded latency)", name)
 	alone := env.work.quietAlone(ctx, q)
-	progress("%s: noisy %d x %v at once, quiet %d x %v over %v", name,
-		env.work.noisyN, env.work.noisySleep, env.work.quietN, env.work.quietSleep, env.work.quietSpread)
 	noisy, quiet := env.work.flood(ctx, name, q)
 	return []result{noisy.result(name, "noisy"), quiet.result(name, "quiet"), alone.result(name, "quiet-unloaded")}
 }

@@ -82,7 +82,8 @@ func (w workload) quietAlone(ctx context.Context, q queryFunc) *outcome {
 	return &quiet
 }
 
-// flood runs both tenants at once and reports progress while it runs.
+// flood runs both tenants at once and reports progress every few seconds
+// while it runs.
 func (w workload) flood(ctx context.Context, name string, q queryFunc) (noisy, quiet *outcome) {
 	noisy, quiet = &outcome{}, &outcome{}
 	var mu sync.Mutex
@@ -111,7 +112,7 @@ func (w workload) flood(ctx context.Context, name string, q queryFunc) (noisy, q
 	})
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
 		select {

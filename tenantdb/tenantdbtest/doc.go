@@ -40,12 +40,14 @@
 // # Ryuk
 //
 // testcontainers-go normally starts a reaper container (Ryuk) that removes
-// leftover containers when the test process dies. This package leaves that
-// choice to the caller: where the reaper's image cannot be pulled (no
-// container registry, as in our CI), set TESTCONTAINERS_RYUK_DISABLED=true
-// before the test binary starts; this repository's Makefile and .ci/run do.
-// Every container started here is terminated by t.Cleanup or by Terminate
-// either way; with the reaper off, a test process killed before its
-// cleanups run leaves its containers behind (they carry the label
-// org.testcontainers=true).
+// leftover containers when the test process dies. Where its image can be
+// had neither from the local store nor from a registry (as in our CI), every
+// container start would fail on it: when TESTCONTAINERS_RYUK_DISABLED is
+// unset (and TESTCONTAINERS_HUB_IMAGE_NAME_PREFIX names no mirror), the
+// first start asks the Docker daemon of DOCKER_HOST (or the default socket)
+// and sets it to true there, so a plain `go test` works. Set it yourself to
+// decide either way. Every container started here is terminated by
+// t.Cleanup or by Terminate either way; with the reaper off, a test process
+// killed before its cleanups run leaves its containers behind (they carry
+// the label org.testcontainers=true).
 package tenantdbtest

@@ -59,6 +59,7 @@ func connectDocker(ctx context.Context, service, envVar string) (*dockerEnv, err
 			return nil, hint(fmt.Errorf("DOCKER_HOST=%s: %w", h, err))
 		}
 	}
+	disableReaperWhereUnavailable(ctx)
 	provider, err := newProvider()
 	if err != nil {
 		return nil, hint(err)
