@@ -3,6 +3,8 @@ package tenantdb
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -28,6 +30,10 @@ type budget struct {
 
 	waiting atomic.Int32 // connections waiting in reserve for room
 }
+
+// errNoRoom is matched by the error of a connect whose wait for room in
+// the budget ended with its context.
+var errNoRoom = errors.New("tenantdb: no room in the connection budget of Config.Database")
 
 // pollRoom is how often a connection waiting for room looks for an idle
 // connection again, for the releases that do not wake it (calls on
@@ -75,7 +81,7 @@ func (b *budget) reserve(ctx context.Context, db *database) error {
 		case <-timer.C:
 		case <-ctx.Done():
 			b.waiting.Add(-1)
-			return ctx.Err()
+			return fmt.Errorf("%w (%d connections): %w", errNoRoom, b.max, ctx.Err())
 		}
 		b.waiting.Add(-1)
 	}

@@ -249,16 +249,28 @@ func (u *dbUse) done() {
 	u.d.budget.idled()
 }
 
-// connectError names db in err and, when err is a failed connect, keeps
-// it for failHold so that the tenant's next calls fail without connecting.
+// connectError names db in err and, when err is a connect the server
+// failed, keeps it for failHold so that the tenant's next calls fail
+// without connecting.
 func (db *database) connectError(tenant string, err error) error {
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
 		err = fmt.Errorf("tenantdb: connect to database %q of tenant %q: %w", db.name, tenant, err)
-		db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
+		if serverFailed(err) {
+			db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
+		}
 		return err
 	}
 	return fmt.Errorf("tenantdb: database %q of tenant %q: %w", db.name, tenant, err)
+}
+
+// serverFailed reports whether a failed connect is the server's doing (a
+// refused connection or login, a database that does not exist) rather than
+// a wait that ended: for room in the budget, or of a context (the call's,
+// or connect_timeout's). Only the server's say something about the next
+// call: room can be made from idle connections at any moment.
+func serverFailed(err error) bool {
+	return !errors.Is(err, errNoRoom) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // closeIdle closes one idle connection of the least recently used database
