@@ -101,7 +101,16 @@ func newDatabases(template *pgxpool.Config, cfg Config, idleTTL time.Duration) *
 // acquire.
 func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 	pgxCfg.MinConns, pgxCfg.MinIdleConns = 0, 0
-	pgxCfg.ConnConfig.DialFunc = d.budget.dial(db, pgxCfg.ConnConfig.DialFunc)
+	beforeConnect := pgxCfg.BeforeConnect
+	pgxCfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if beforeConnect != nil {
+			if err := beforeConnect(ctx, cc); err != nil {
+				return err
+			}
+		}
+		cc.DialFunc = d.budget.connDial(db, cc.DialFunc) // after the user's, which may set its own
+		return nil
+	}
 	if prepare := pgxCfg.PrepareConn; prepare != nil {
 		pgxCfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
 			if ctx.Value(evictingKey{}) != nil {
@@ -113,6 +122,7 @@ func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 	afterConnect := pgxCfg.AfterConnect
 	pgxCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if cc := counted(c.PgConn().Conn()); cc != nil {
+			cc.d.open()
 			cc.ready.Store(true)
 			took := int64(time.Since(cc.start))
 			db.connecting.Add(took)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +105,158 @@ func TestDatabaseBudgetWaitIsNotCached(t *testing.T) {
 	}
 	if st := p.DatabasesStat(); st.Open > 2 {
 		t.Fatalf("%+v: over the budget", st)
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestDatabaseBudgetHoldsThroughCancels is issue 51's item 2: tenant a's
+// long statements have their contexts end while they hold the whole budget
+// (2), in three rounds, and tenant b's call, in another database, wants a
+// connection at that moment. pgx closes a's connections and sends a cancel
+// request for each: the cancel request must go out at once (it needs no
+// room: the server counts no connection for it), the statements must end
+// on the server, and a's rooms must come back only when their server
+// processes have ended. The server's count of the login role's backends,
+// sampled throughout, never exceeds the budget, and b waits for no more
+// than the cancels take: its wait is compared with a reference measured
+// here, a cancelled statement's end on a connection of its own plus a
+// connect.
+func TestDatabaseBudgetHoldsThroughCancels(t *testing.T) {
+	const (
+		role   = "tenantdb_defects_budget_app"
+		budget = 2
+		sleep  = "select pg_sleep(300)"
+	)
+	admin := defectDatabases(t, "tenantdb_defects_a", "tenantdb_defects_b")
+	pcfg := loginAs(t, role, budget)
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:    map[string]tenantdb.Plan{"p": {MaxConns: budget, MaxWaiting: tenantdb.Unbounded}},
+		Database: func(tenant string) (string, error) { return "tenantdb_defects_" + tenant, nil },
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	count := func(conn *pgx.Conn, where string) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where usename = $1 "+
+			"and backend_type = 'client backend' "+where, role).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	sleeping := func() int { return count(admin, "and state = 'active' and query = '"+sleep+"'") }
+
+	// The reference: a statement cancelled through its context on a
+	// connection of its own (as the superuser: not counted) until its
+	// process has ended, and a connect.
+	start := time.Now()
+	own, err := pgx.Connect(ctx, sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ownPID int
+	if err := own.QueryRow(ctx, "select pg_backend_pid()").Scan(&ownPID); err != nil {
+		t.Fatal(err)
+	}
+	connect := time.Since(start)
+	refCtx, cancelRef := context.WithCancel(ctx)
+	refDone := make(chan error, 1)
+	go func() { _, err := own.Exec(refCtx, sleep); refDone <- err }()
+	eventually(t, "the reference statement running", func() bool {
+		var n int
+		_ = admin.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1 and state = 'active'", ownPID).Scan(&n)
+		return n == 1
+	})
+	start = time.Now()
+	cancelRef()
+	<-refDone
+	eventually(t, "the reference statement's process ended", func() bool {
+		var n int
+		_ = admin.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", ownPID).Scan(&n)
+		return n == 0
+	})
+	reference := time.Since(start) + connect
+
+	// The server's count of the role's backends, throughout.
+	sampler, err := pgx.Connect(ctx, sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sampler.Close(ctx)
+	var most, samples atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(2 * time.Millisecond) // the sampling rate, not synchronisation
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var n int64
+			if err := sampler.QueryRow(ctx, "select count(*) from pg_stat_activity where usename = $1 "+
+				"and backend_type = 'client backend'", role).Scan(&n); err != nil {
+				t.Error(err)
+				return
+			}
+			samples.Add(1)
+			if n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-sampled
+		t.Logf("the server counted at most %d of the role's backends in %d samples, budget %d", most.Load(), samples.Load(), budget)
+		if most.Load() > budget {
+			t.Errorf("the server counted %d of the role's backends, over the budget of %d", most.Load(), budget)
+		}
+	}()
+
+	var waits []time.Duration
+	for round := range 3 {
+		actx, cancel := context.WithCancel(as("a"))
+		var statements sync.WaitGroup
+		for range budget {
+			statements.Go(func() {
+				if _, err := p.Exec(actx, sleep); !errors.Is(err, context.Canceled) {
+					t.Errorf("round %d: a's statement: %v, want context.Canceled", round, err)
+				}
+			})
+		}
+		eventually(t, "a's statements running on the whole budget", func() bool { return sleeping() == budget })
+		bctx, bcancel := context.WithTimeout(as("b"), time.Minute)
+		start := time.Now()
+		cancel()
+		var got string
+		err := p.QueryRow(bctx, "select current_database()").Scan(&got)
+		wait := time.Since(start)
+		bcancel()
+		statements.Wait()
+		if err != nil || got != "tenantdb_defects_b" {
+			t.Fatalf("round %d: b's call: %q, %v", round, got, err)
+		}
+		waits = append(waits, wait)
+		// a's statements were cancelled on the server, not left to run
+		// their 300 s.
+		eventually(t, "a's statements ended on the server", func() bool { return sleeping() == 0 })
+	}
+	t.Logf("b's call as a's statements were cancelled: %v; reference (a cancelled statement's end and a connect) %v",
+		waits, reference)
+	for round, wait := range waits {
+		if wait > 10*reference {
+			t.Errorf("round %d: b waited %v for a connection, over 10x the reference %v", round, wait, reference)
+		}
+	}
+	if st := p.DatabasesStat(); st.Open > budget {
+		t.Errorf("%+v: over the budget", st)
 	}
 	assertNothingHeld(t, p)
 }
