@@ -285,7 +285,8 @@ func serverFailed(err error) bool {
 
 // closeIdle closes one idle connection of the least recently used database
 // that has one, other than except if another has one, and reports whether
-// it did. The connection's room in the budget is back when it returns.
+// it did. The connection's room in the budget is back when it returns,
+// unless its server process takes longer than closeWait to end.
 func (d *databases) closeIdle(except *database) bool {
 	var candidates [4]*database
 	n := 0

@@ -120,7 +120,7 @@ func settingsChange(was, now string) string {
 	if len(change) == 0 { // the same settings in another order
 		return fmt.Sprintf("%q when the Pool opened its first connection, %q now", was, now)
 	}
-	return strings.Join(change, ", ") + " since the Pool opened its first connection"
+	return strings.Join(change, ", ")
 }
 
 func btoi(b bool) int {

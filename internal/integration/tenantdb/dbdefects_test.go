@@ -67,7 +67,7 @@ func TestDatabaseBudgetWaitIsNotCached(t *testing.T) {
 	const db = "tenantdb_defects_wait"
 	defectDatabases(t, db)
 	pcfg := loginAs(t, "tenantdb_defects_wait_app", 2)
-	pcfg.ConnConfig.ConnectTimeout = 500 * time.Millisecond
+	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second // also bounds the login of y, on a loaded machine
 	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
 		Plans:    map[string]tenantdb.Plan{"p": {MaxConns: 2}},
 		Database: func(string) (string, error) { return db, nil },
