@@ -3,8 +3,12 @@ package tenantdb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +261,77 @@ func TestDatabaseBudgetHoldsThroughCancels(t *testing.T) {
 	}
 	if st := p.DatabasesStat(); st.Open > budget {
 		t.Errorf("%+v: over the budget", st)
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestDatabaseBudgetFallbackDials: a connect that dials more than once (a
+// first host that refuses, then sslmode=prefer's attempt with TLS, which
+// this server refuses, before the one without) takes room for each dial
+// and gives back that of each failed one: the calls are served within the
+// budget, and once every connection is closed no room stays taken.
+func TestDatabaseBudgetFallbackDials(t *testing.T) {
+	const (
+		role   = "tenantdb_defects_fallback_app"
+		budget = 2
+	)
+	admin := defectDatabases(t, "tenantdb_defects_a", "tenantdb_defects_b")
+	u, err := url.Parse(pgtest.AppRole(t, sharedPG.DSN, role, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ssl string
+	if err := admin.QueryRow(context.Background(), "show ssl").Scan(&ssl); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the server's ssl: %s (off: sslmode=prefer's TLS attempt is refused and a dial without TLS follows)", ssl)
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.Close() // its port refuses connections now
+	password, _ := u.User.Password()
+	pcfg, err := pgxpool.ParseConfig(fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%s user=%s password=%s dbname=%s sslmode=prefer",
+		refused.Addr().(*net.TCPAddr).Port, u.Port(), role, password, strings.TrimPrefix(u.Path, "/")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = budget
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:    map[string]tenantdb.Plan{"p": {MaxConns: budget, MaxWaiting: tenantdb.Unbounded}},
+		Database: func(tenant string) (string, error) { return "tenantdb_defects_" + tenant, nil },
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ours := func() int {
+		var n int
+		if err := admin.QueryRow(context.Background(), "select count(*) from pg_stat_activity where usename = $1 "+
+			"and backend_type = 'client backend'", role).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var calls sync.WaitGroup
+	for i := range 8 {
+		calls.Go(func() {
+			tenant := []string{"a", "b"}[i%2]
+			var got string
+			if err := p.QueryRow(as(tenant), "select current_database()").Scan(&got); err != nil || got != "tenantdb_defects_"+tenant {
+				t.Errorf("%s: %q, %v", tenant, got, err)
+			}
+		})
+	}
+	calls.Wait()
+	if st, n := p.DatabasesStat(), ours(); st.Open > budget || n > budget || st.Opens < 2 {
+		t.Fatalf("%+v, the server counts %d: want an open per database, within the budget %d", st, n, budget)
+	}
+	p.Reset()
+	eventually(t, "every room back once every connection closed", func() bool { return p.DatabasesStat().Open == 0 })
+	if n := ours(); n != 0 {
+		t.Fatalf("the server still counts %d of the role's backends with no room taken", n)
 	}
 	assertNothingHeld(t, p)
 }
