@@ -226,8 +226,15 @@ func (c *countedConn) drain() {
 	if hc, ok := c.Conn.(interface{ CloseWrite() error }); !ok || hc.CloseWrite() != nil {
 		deadline = time.Now().Add(closeWait)
 	}
-	_ = c.Conn.SetReadDeadline(deadline) // pgx's deadlines no longer reach it: see SetDeadline
-	_, _ = io.Copy(io.Discard, c.Conn)
+	for {
+		_ = c.Conn.SetReadDeadline(deadline) // pgx's deadlines no longer reach it: see SetDeadline
+		_, err := io.Copy(io.Discard, c.Conn)
+		var ne net.Error
+		if !deadline.IsZero() || !errors.As(err, &ne) || !ne.Timeout() {
+			break
+		}
+		// A deadline pgx set as the connection closed: read on.
+	}
 	_ = c.Conn.Close()
 	c.db.open.Add(-1)
 	if c.ready.Load() {
