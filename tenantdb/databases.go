@@ -101,7 +101,16 @@ func newDatabases(template *pgxpool.Config, cfg Config, idleTTL time.Duration) *
 // acquire.
 func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 	pgxCfg.MinConns, pgxCfg.MinIdleConns = 0, 0
-	pgxCfg.ConnConfig.DialFunc = d.budget.dial(db, pgxCfg.ConnConfig.DialFunc)
+	beforeConnect := pgxCfg.BeforeConnect
+	pgxCfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if beforeConnect != nil {
+			if err := beforeConnect(ctx, cc); err != nil {
+				return err
+			}
+		}
+		cc.DialFunc = d.budget.connDial(db, cc.DialFunc) // after the user's, which may set its own
+		return nil
+	}
 	if prepare := pgxCfg.PrepareConn; prepare != nil {
 		pgxCfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
 			if ctx.Value(evictingKey{}) != nil {
@@ -113,6 +122,7 @@ func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 	afterConnect := pgxCfg.AfterConnect
 	pgxCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if cc := counted(c.PgConn().Conn()); cc != nil {
+			cc.d.open()
 			cc.ready.Store(true)
 			took := int64(time.Since(cc.start))
 			db.connecting.Add(took)
@@ -249,21 +259,34 @@ func (u *dbUse) done() {
 	u.d.budget.idled()
 }
 
-// connectError names db in err and, when err is a failed connect, keeps
-// it for failHold so that the tenant's next calls fail without connecting.
+// connectError names db in err and, when err is a connect the server
+// failed, keeps it for failHold so that the tenant's next calls fail
+// without connecting.
 func (db *database) connectError(tenant string, err error) error {
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
 		err = fmt.Errorf("tenantdb: connect to database %q of tenant %q: %w", db.name, tenant, err)
-		db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
+		if serverFailed(err) {
+			db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
+		}
 		return err
 	}
 	return fmt.Errorf("tenantdb: database %q of tenant %q: %w", db.name, tenant, err)
 }
 
+// serverFailed reports whether a failed connect is the server's doing (a
+// refused connection or login, a database that does not exist) rather than
+// a wait that ended: for room in the budget, or of a context (the call's,
+// or connect_timeout's). Only the server's say something about the next
+// call: room can be made from idle connections at any moment.
+func serverFailed(err error) bool {
+	return !errors.Is(err, errNoRoom) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
 // closeIdle closes one idle connection of the least recently used database
 // that has one, other than except if another has one, and reports whether
-// it did. The connection's room in the budget is back when it returns.
+// it did. The connection's room in the budget is back when it returns,
+// unless its server process takes longer than closeWait to end.
 func (d *databases) closeIdle(except *database) bool {
 	var candidates [4]*database
 	n := 0
