@@ -159,12 +159,9 @@ func (c *countedConn) Close() error {
 	return err
 }
 
-// counted returns the countedConn under a pgconn's connection (TLS or not,
-// under the wireConn of a Session), or nil.
+// counted returns the countedConn under a pgconn's connection (TLS or
+// not), or nil.
 func counted(c net.Conn) *countedConn {
-	if w, ok := c.(*wireConn); ok {
-		c = w.Conn
-	}
 	if t, ok := c.(*tls.Conn); ok {
 		c = t.NetConn()
 	}
