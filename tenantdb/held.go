@@ -77,4 +77,3 @@ func (h *held) release(err *error) {
 		*err = h.guard.wrap(*err)
 	}
 }
-
