@@ -268,12 +268,9 @@ func (c *countedConn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// counted returns the countedConn under a pgconn's connection (TLS or not,
-// under the wireConn of a Session), or nil.
+// counted returns the countedConn under a pgconn's connection (TLS or
+// not), or nil.
 func counted(c net.Conn) *countedConn {
-	if w, ok := c.(*wireConn); ok {
-		c = w.Conn
-	}
 	if t, ok := c.(*tls.Conn); ok {
 		c = t.NetConn()
 	}

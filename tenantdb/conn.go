@@ -34,12 +34,6 @@ func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
-	// The Conn's statements may go through Conn.Conn, out of tenantdb's
-	// sight: the reset goes now.
-	if err := p.sendReset(ctx, &h); err != nil {
-		h.release(nil)
-		return Conn{}, err
-	}
 	return Conn{h: h, ref: newLiveRef()}, nil
 }
 

@@ -2,7 +2,6 @@ package tenantdb
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -76,74 +75,5 @@ func (h *held) release(err *error) {
 	h.db.done()
 	if err != nil {
 		*err = h.guard.wrap(*err)
-	}
-}
-
-// maxResends bounds how often one call sends its statement again after the
-// reset that travelled with it failed.
-const maxResends = 3
-
-// resend checks the reset that travelled with the statement just sent on h
-// (see wireConn). It reports whether the statement must be sent again: the
-// reset failed, so the server skipped the statement, and h is ready again,
-// reset the slow way or on another connection. A reset fails when the
-// previous holder's session made it fail (its statement_timeout, a cancel
-// its timeout left pending, a server that ended the session). err is set when h cannot be readied;
-// the call fails with it.
-func (p *Pool) resend(ctx context.Context, h *held, attempt int) (bool, error) {
-	failure := wireOf(h.conn.Conn().PgConn().Conn()).settle(ctx)
-	if failure == nil {
-		return false, nil
-	}
-	return p.recover(ctx, h, attempt, failure)
-}
-
-// recover readies h again after its connection's reset failed with failure.
-func (p *Pool) recover(ctx context.Context, h *held, attempt int, failure error) (bool, error) {
-	if attempt >= maxResends || ctx.Err() != nil {
-		return false, h.guard.wrap(failure)
-	}
-	tenant, _ := TenantFrom(ctx)
-	values, err := p.session.sessionValues(tenant)
-	if err != nil {
-		return false, err
-	}
-	conn := h.conn.Conn()
-	if !conn.IsClosed() && slowReset(ctx, conn, tenant, values) == nil {
-		return true, nil
-	}
-	if !conn.IsClosed() {
-		closing, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Close(closing) // pgxpool destroys a closed connection on Release
-		cancel()
-	}
-	h.conn.Release()
-	h.conn = nil
-	if h.conn, err = p.pg.Acquire(ctx); err != nil {
-		return false, h.guard.wrap(err)
-	}
-	h.guard.attach(h.conn)
-	if h.run, err = p.session.runner(ctx, h.conn.Conn()); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// sendReset sends the reset armed on h's connection at once, in a round
-// trip of its own, for a Conn whose statements may bypass tenantdb
-// (Conn.Conn). ctx governs the round trip. The owner's values alone go with
-// the Conn's first write instead, whichever way it goes (see armValues).
-func (p *Pool) sendReset(ctx context.Context, h *held) error {
-	if wireOf(h.conn.Conn().PgConn().Conn()).armedValuesOnly() {
-		return nil
-	}
-	for attempt := 0; ; attempt++ {
-		failure := wireOf(h.conn.Conn().PgConn().Conn()).send(ctx)
-		if failure == nil {
-			return nil
-		}
-		if again, err := p.recover(ctx, h, attempt, failure); !again {
-			return err
-		}
 	}
 }

@@ -18,19 +18,13 @@ import (
 // concurrent use. Every method that uses a connection takes the tenant from
 // its context (WithTenant) and fails with ErrNoTenant without one.
 //
-// A shared connection passes from one tenant to another (or to work on no
-// tenant's behalf) only in a pristine session: before a statement runs on a
-// connection last held by another tenant, everything the previous holder
-// could leave in its session is undone with PostgreSQL's DISCARD ALL
-// (settings, SET ROLE and SET SESSION AUTHORIZATION, temporary tables,
-// cursors, prepared statements, LISTEN, session advisory locks). The reset
-// travels in the round trip of the statement after it (on Exec with
-// arguments, Query, QueryRow, SendBatch, Begin); Exec without arguments,
-// CopyFrom and Acquire send it in a round trip of its own. pgx's prepared
-// statements are re-created from pgx's own messages in the round trip of
-// their next use. A connection that stays with its
-// tenant is not reset: what a tenant leaves in its own session it meets
-// again, as on a connection of its own.
+// A shared connection passes from one holder to the next only in a pristine
+// session: at every release, in pgxpool's AfterRelease hook and so off the
+// next caller's path, everything the holder could leave in its session is
+// undone as PostgreSQL's DISCARD ALL would (settings, SET ROLE and SET
+// SESSION AUTHORIZATION, temporary tables, cursors, LISTEN, session advisory
+// locks), keeping pgx's own prepared statements. A connection whose reset
+// fails is closed. See docs/session-state.md.
 type Pool struct {
 	pg   *pgxpool.Pool
 	gate *pool.Gate

@@ -15,18 +15,10 @@ import (
 // was opened.
 const defaultPathKey = "tenantdb.defaultPath"
 
-// directKey names, in a connection's pgconn CustomData, whether the
-// connection reaches the server without a pooler between them (see
-// behindProxy), learned when it was opened under ScopeTransaction. Only
-// then is a reset and the statement after it sure to run in one server
-// session: a transaction pooler may run them on two.
-const directKey = "tenantdb.direct"
-
 // connect is the pgxpool AfterConnect hook. It checks the login role's
 // default settings against the first connection's (see roleDefaults), in one
 // round trip per new connection. Under ScopeTransaction it learns, in one
-// round trip per new connection, whether the connection is direct (see
-// directKey) and the login role's default search_path: its reset value,
+// round trip per new connection, the login role's default search_path: its reset value,
 // which a session-level SET cannot change, since behind a transaction
 // pooler a new client connection can land on a server connection whose
 // session another client changed. Under
@@ -39,17 +31,15 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if s.transactional() {
 		var path string
-		var pid uint32
 		// The operator is named by schema: behind a transaction pooler
 		// the session may be another client's, whose search_path can put
 		// another "=" first.
-		err := conn.QueryRow(ctx, "select reset_val, pg_catalog.pg_backend_pid() from pg_catalog.pg_settings "+
-			"where name operator(pg_catalog.=) 'search_path'", pgx.QueryExecModeSimpleProtocol).Scan(&path, &pid)
+		err := conn.QueryRow(ctx, "select reset_val from pg_catalog.pg_settings "+
+			"where name operator(pg_catalog.=) 'search_path'", pgx.QueryExecModeSimpleProtocol).Scan(&path)
 		if err != nil {
 			return fmt.Errorf("tenantdb: read the login role's default search_path: %w", err)
 		}
 		conn.PgConn().CustomData()[defaultPathKey] = tempLast(path)
-		conn.PgConn().CustomData()[directKey] = pid == conn.PgConn().PID()
 		return nil
 	}
 	if s.cfg.Scope != ScopeSession || !sessionEnabled(s.cfg) || s.probed.Swap(true) {
@@ -115,19 +105,15 @@ func splitPath(path string) []string {
 
 // localStatement returns the statement that sets tenant's values for the
 // current transaction on conn, pinning the role and the search_path, or ""
-// when there is nothing to set. The pins are left out where the server
-// session is known to hold the login role's defaults: on a direct
-// connection (see directKey) whose next write carries the reset, since
-// the server runs the statement in the session it has just reset, or skips
-// it if the reset fails.
+// when there is nothing to set. The pins hold even where the server session
+// is not the one tenantdb reset: behind a transaction pooler, or after the
+// tenant's own session-level SET ROLE or search_path earlier in its hold.
 func (s *sessionSetup) localStatement(tenant string, conn *pgconn.PgConn) (string, error) {
 	path, ok := conn.CustomData()[defaultPathKey].(string)
 	if !ok {
 		return "", fmt.Errorf("tenantdb: the connection's default search_path is unknown: it was not opened by the Pool's pgxpool")
 	}
-	direct, _ := conn.CustomData()[directKey].(bool)
-	pin := !direct || !wireOf(conn.Conn()).resetArmed()
-	exprs, err := s.values(tenant, true, pin, path)
+	exprs, err := s.values(tenant, true, true, path)
 	if err != nil || len(exprs) == 0 {
 		return "", err
 	}

@@ -16,15 +16,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (_ pgconn.Comm
 		return pgconn.CommandTag{}, err
 	}
 	defer h.release(&err) // also if an argument's encoder panics
-	for attempt := 0; ; attempt++ {
-		tag, err := h.run.exec(ctx, sql, args)
-		if again, rerr := p.resend(ctx, &h, attempt); !again {
-			if rerr != nil {
-				return tag, rerr
-			}
-			return tag, err
-		}
-	}
+	return h.run.exec(ctx, sql, args)
 }
 
 // Query runs sql for the tenant in ctx. The tenant's slot is held, with the
@@ -43,20 +35,6 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 		}
 	}()
 	rows, batch, err := h.run.query(ctx, sql, args)
-	for attempt := 0; ; attempt++ {
-		again, rerr := p.resend(ctx, &r.h, attempt)
-		if !again {
-			if rerr != nil {
-				err = rerr
-			}
-			break
-		}
-		rows.Close()
-		if batch != nil {
-			_ = batch.Close()
-		}
-		rows, batch, err = r.h.run.query(ctx, sql, args)
-	}
 	if err != nil {
 		r.release()
 		err = h.guard.wrap(err)
@@ -74,9 +52,9 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 type tenantRows struct {
 	pgx.Rows
 	h     held
-	batch pgx.BatchResults // ScopeTransaction's batch, or nil
-	ref   liveRef          // the Conn's, or zero for a Pool's Query
-	err   error            // the batch's Close error, or ErrConnReleased
+	batch closer  // ScopeTransaction's batch or transaction, or nil
+	ref   liveRef // the Conn's, or zero for a Pool's Query
+	err   error   // the batch's Close error, or ErrConnReleased
 	done  bool
 }
 
@@ -183,25 +161,7 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 			r.release(nil)
 		}
 	}()
-	row, batch := h.run.queryRow(ctx, sql, args)
-	for attempt := 0; ; attempt++ {
-		again, err := p.resend(ctx, &r.h, attempt)
-		if !again {
-			if err != nil {
-				if batch != nil {
-					_ = batch.Close()
-				}
-				row, batch = errRow{err}, nil
-			}
-			break
-		}
-		_ = row.Scan() // closes the failed rows; the error is the reset's
-		if batch != nil {
-			_ = batch.Close()
-		}
-		row, batch = r.h.run.queryRow(ctx, sql, args)
-	}
-	r.row, r.batch = row, batch
+	r.row, r.batch = h.run.queryRow(ctx, sql, args)
 	return r
 }
 
@@ -211,8 +171,8 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 type tenantRow struct {
 	row   pgx.Row
 	h     held
-	batch pgx.BatchResults // ScopeTransaction's batch, or nil
-	ref   liveRef          // the Conn's, or zero for a Pool's QueryRow
+	batch closer  // ScopeTransaction's batch or transaction, or nil
+	ref   liveRef // the Conn's, or zero for a Pool's QueryRow
 }
 
 func (r *tenantRow) Scan(dest ...any) (err error) {
@@ -247,41 +207,13 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 			r.h.release(nil)
 		}
 	}()
-	resent := *b // before the runner changes it; the batch to send again
-	resent.QueuedQueries = append([]*pgx.QueuedQuery(nil), b.QueuedQueries...)
 	br := h.run.sendBatch(ctx, b)
-	for attempt := 0; ; attempt++ {
-		again, err := p.resend(ctx, &r.h, attempt)
-		if !again {
-			if err != nil {
-				_ = br.Close()
-				br = pgx.FailedBatchResults(b, err)
-			}
-			break
-		}
-		_ = br.Close()
-		b = freshBatch(&resent)
-		br = r.h.run.sendBatch(ctx, b)
-	}
-	h = r.h
 	if tx := br.Tx(); tx != nil {
 		r.tx = &tenantTx{Tx: tx, h: h}
 		r.h = held{}
 	}
 	r.BatchResults = br
 	return r
-}
-
-// freshBatch copies b, with its transaction options, for sending again:
-// pgx keeps in each queued query the statement description it was sent
-// with, which the failed statement may have invalidated.
-func freshBatch(b *pgx.Batch) *pgx.Batch {
-	fresh := *b
-	fresh.QueuedQueries = make([]*pgx.QueuedQuery, len(b.QueuedQueries))
-	for i, q := range b.QueuedQueries {
-		fresh.QueuedQueries[i] = &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn}
-	}
-	return &fresh
 }
 
 // tenantBatchResults releases what it holds on Close, also if a queued
@@ -335,15 +267,7 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 		return 0, err
 	}
 	defer h.release(&err)
-	for attempt := 0; ; attempt++ {
-		n, err := h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
-		if again, rerr := p.resend(ctx, &h, attempt); !again {
-			if rerr != nil {
-				return n, rerr
-			}
-			return n, err
-		}
-	}
+	return h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
 }
 
 // errRows and errRow carry an admission error the way

@@ -57,6 +57,10 @@ func (r runner) withLocal(sql string, args []any) *pgx.Batch {
 	return b
 }
 
+// closer is what a statement's rows hold open under ScopeTransaction: the
+// batch they came in, or the transaction that carries the setting.
+type closer interface{ Close() error }
+
 // exec runs sql. Without arguments it keeps pgx's simple protocol, so that
 // sql may hold several statements; the setting is put in front of them, or
 // right after a leading BEGIN (see WithLocalSettings).
@@ -64,6 +68,8 @@ func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.Comman
 	switch {
 	case !r.sets():
 		return r.conn.Exec(ctx, sql, args...)
+	case hasBatchlessOption(args):
+		return r.execInTx(ctx, sql, args)
 	case len(args) == 0:
 		tag, err := r.conn.Exec(ctx, WithLocalSettings(sql, r.local))
 		return tag, inTransactionBlock(err)
@@ -77,12 +83,15 @@ func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.Comman
 	return tag, inTransactionBlock(closeBatch(br, err))
 }
 
-// query runs sql. With ScopeTransaction it also returns the batch it was
-// sent in, to be closed after the rows.
-func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pgx.BatchResults, error) {
+// query runs sql. With ScopeTransaction it also returns the batch (or
+// transaction) it was sent in, to be closed after the rows.
+func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, closer, error) {
 	if !r.sets() {
 		rows, err := r.conn.Query(ctx, sql, args...)
 		return rows, nil, err
+	}
+	if hasBatchlessOption(args) {
+		return r.queryInTx(ctx, sql, args)
 	}
 	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
 	if _, err := br.Exec(); err != nil {
@@ -98,10 +107,18 @@ func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, pg
 }
 
 // queryRow runs sql for one row. With ScopeTransaction it also returns the
-// batch it was sent in, to be closed after the row is scanned.
-func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, pgx.BatchResults) {
+// batch (or transaction) it was sent in, to be closed after the row is
+// scanned.
+func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, closer) {
 	if !r.sets() {
 		return r.conn.QueryRow(ctx, sql, args...), nil
+	}
+	if hasBatchlessOption(args) {
+		rows, tx, err := r.queryInTx(ctx, sql, args)
+		if err != nil {
+			return errRow{err}, nil
+		}
+		return rowOf(rows), tx
 	}
 	br := r.conn.SendBatch(ctx, r.withLocal(sql, args))
 	if _, err := br.Exec(); err != nil {
@@ -131,20 +148,17 @@ func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 // begin starts a transaction. With ScopeTransaction the setting is sent in
-// the same round trip as BEGIN; so is a reset armed on the connection, which
-// travels only with extended-protocol messages (see wireConn), as a batch's.
+// the same round trip as BEGIN, after it.
 func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	if r.local == "" && !wireOf(r.conn.PgConn().Conn()).armed() {
+	if r.local == "" {
 		return r.conn.BeginTx(ctx, opts)
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
-	if r.local != "" {
-		b.Queue(r.local)
-	}
+	b.Queue(r.local)
 	br := r.conn.SendBatch(ctx, b)
 	_, err := br.Exec()
-	if err == nil && r.local != "" {
+	if err == nil {
 		_, err = br.Exec()
 	}
 	tx := br.Tx()
@@ -197,4 +211,117 @@ func closeBatch(br pgx.BatchResults, err error) error {
 		err = cerr
 	}
 	return err
+}
+
+// hasBatchlessOption reports whether args begin with a pgx query option
+// that a pgx.Batch does not take (an exec mode, result formats), among the
+// options pgx reads off the front of a query's arguments. A batch would send
+// it as a parameter; such a statement runs in a transaction that carries the
+// setting instead, where pgx reads its options as usual.
+func hasBatchlessOption(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			return true
+		case pgx.QueryRewriter:
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// settingTx begins, or joins, the transaction a statement with a batchless
+// option runs in: outside a transaction, one that begins with the setting
+// (one round trip) and ends with end; inside the connection's own, the
+// setting runs in it first and end does nothing.
+func (r runner) settingTx(ctx context.Context) (*txEnd, error) {
+	if r.conn.PgConn().TxStatus() != txIdle {
+		if _, err := r.conn.Exec(ctx, r.local); err != nil {
+			return nil, err
+		}
+		return &txEnd{}, nil
+	}
+	tx, err := r.begin(ctx, pgx.TxOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &txEnd{ctx: ctx, tx: tx}, nil
+}
+
+// txEnd ends the transaction settingTx began, if any: Close commits it,
+// or rolls it back after a failure.
+type txEnd struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	failed bool
+}
+
+func (e *txEnd) Close() error {
+	if e.tx == nil {
+		return nil
+	}
+	tx := e.tx
+	e.tx = nil
+	if e.failed {
+		return tx.Rollback(e.ctx)
+	}
+	err := tx.Commit(e.ctx)
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return nil // the statement's own error says why
+	}
+	return err
+}
+
+// execInTx runs sql, whose arguments carry a batchless option, in the
+// setting's transaction.
+func (r runner) execInTx(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
+	end, err := r.settingTx(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := r.conn.Exec(ctx, sql, args...)
+	end.failed = err != nil
+	if cerr := end.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// queryInTx runs sql, whose arguments carry a batchless option, in the
+// setting's transaction, which the returned closer ends after the rows.
+func (r runner) queryInTx(ctx context.Context, sql string, args []any) (pgx.Rows, closer, error) {
+	end, err := r.settingTx(ctx)
+	if err != nil {
+		return errRows{err}, nil, err
+	}
+	rows, err := r.conn.Query(ctx, sql, args...)
+	if err != nil {
+		rows.Close()
+		end.failed = true
+		_ = end.Close()
+		return errRows{err}, nil, err
+	}
+	return rows, end, nil
+}
+
+// rowOf is pgx's QueryRow on rows: Scan reads the first row and closes them,
+// failing with pgx.ErrNoRows without one.
+func rowOf(rows pgx.Rows) pgx.Row { return rowScanner{rows} }
+
+type rowScanner struct{ rows pgx.Rows }
+
+func (r rowScanner) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }

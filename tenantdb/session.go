@@ -20,11 +20,10 @@ import (
 // to work done on no tenant's behalf) only in a pristine session: see
 // Pool for the reset that runs when a connection changes tenant.
 //
-// With ScopeSession (the default) the values are set when a connection of
-// the shared pool changes tenant, or when the values it was given are not
-// the tenant's any more, in the round trip of the first statement (see
-// Pool); a tenant that keeps its connection keeps its session, values
-// included, as on a connection of its own. They are the tenant's values
+// With ScopeSession (the default) the values are set, in a round trip of
+// their own at acquire, when the connection does not carry them already:
+// the reset at release gives a session its holder's values again, so the
+// same tenant's next call needs none. They are the tenant's values
 // when the context carries a tenant, and back to the
 // defaults (an empty TenantSetting, the role's default search_path) when it
 // carries none, as for calls made through Pool.Pgxpool, Pool.AcquireAllIdle
@@ -271,25 +270,6 @@ func (s *sessionSetup) transactional() bool {
 	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(s.cfg)
 }
 
-// prepare is the pgxpool PrepareConn hook. It readies the connection for
-// the tenant in ctx (see readySession): a reset when the connection changes
-// tenant and, with ScopeSession, the tenant's values. Both travel with the
-// next statement; Pool.Acquire sends them at once (see held.settle).
-func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	if wireOf(conn.PgConn().Conn()).isSkipped() {
-		// Its last reset failed and nothing reset it since: pgxpool
-		// destroys it and takes another.
-		return false, nil
-	}
-	tenant, _ := TenantFrom(ctx)
-	values, err := s.sessionValues(tenant)
-	if err != nil {
-		return true, err // nothing touched the connection: keep it
-	}
-	readySession(conn, tenant, values)
-	return true, nil
-}
-
 // sessionValues is the statement that sets tenant's values for the
 // session: "" without ScopeSession or with nothing to set.
 func (s *sessionSetup) sessionValues(tenant string) (string, error) {
@@ -309,13 +289,17 @@ func (s *sessionSetup) sessionValues(tenant string) (string, error) {
 }
 
 // install chains the hooks before the pgxCfg's own: connect before its
-// AfterConnect, and prepare before its PrepareConn (or its deprecated
+// AfterConnect, prepare before its PrepareConn (or its deprecated
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
-// the user's hook sees the tenant's state. A panic in the user's
-// PrepareConn fails the acquire with an error and destroys the connection,
-// instead of leaking it inside pgxpool.
+// the user's hook sees the tenant's state, and afterRelease before its
+// AfterRelease. A panic in the user's PrepareConn fails the acquire with an
+// error and destroys the connection, instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
-	pgxCfg.ConnConfig.AfterNetConnect = wrapWire(pgxCfg.ConnConfig.AfterNetConnect)
+	if after := pgxCfg.AfterRelease; after == nil {
+		pgxCfg.AfterRelease = s.afterRelease
+	} else {
+		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
+	}
 	if after := pgxCfg.AfterConnect; after == nil {
 		pgxCfg.AfterConnect = s.connect
 	} else {

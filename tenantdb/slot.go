@@ -73,16 +73,6 @@ func (s *Slot) Attach(c *pgconn.PgConn) {
 	s.g.mu.Unlock()
 }
 
-// ResetFailed reports whether the reset of a change of tenant, sent with the
-// last statement on the attached connection, failed (the previous holder's
-// PREPARE, its statement_timeout): the server skipped that statement, and
-// the connection refuses every later one until pgxpool destroys it. An
-// adapter can report the statement's error as a bad connection, so that its
-// caller sends it again on another.
-func (s *Slot) ResetFailed() bool {
-	return s.conn != nil && wireOf(s.conn.Conn()).isSkipped()
-}
-
 // Revoked reports whether the tenant's cluster-wide slot was revoked: the
 // work must stop, and further statements fail with ErrRevoked.
 func (s *Slot) Revoked() bool { return s.g.isRevoked() }

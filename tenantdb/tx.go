@@ -26,20 +26,12 @@ func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (_ pgx.Tx, 
 			tx.h.release(&err)
 		}
 	}()
-	for attempt := 0; ; attempt++ {
-		t, err := tx.h.run.begin(ctx, txOptions)
-		again, rerr := p.resend(ctx, &tx.h, attempt)
-		if !again {
-			if rerr != nil {
-				return nil, rerr
-			}
-			if err != nil {
-				return nil, err
-			}
-			tx.Tx = t
-			return tx, nil
-		}
+	t, err := tx.h.run.begin(ctx, txOptions)
+	if err != nil {
+		return nil, err
 	}
+	tx.Tx = t
+	return tx, nil
 }
 
 // tenantTx releases the connection and slot it holds after Commit or

@@ -108,9 +108,6 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 		return &localStmt{cn: cn, query: query}, nil
 	}
 	st, err := cn.pg.PrepareContext(ctx, query)
-	if err != nil && cn.slot.ResetFailed() {
-		return nil, driver.ErrBadConn // see statement
-	}
 	if err != nil || cn.local == "" {
 		return st, cn.wrap(err)
 	}
@@ -173,13 +170,6 @@ func statement[R any](ctx context.Context, cn *conn, query string, args []driver
 		r, err = local(cn, ctx, query, args)
 	} else {
 		r, err = plain(cn.pg, ctx, query, args)
-	}
-	if err != nil && cn.slot.ResetFailed() {
-		// The server skipped the statement, and the connection may
-		// hold the previous tenant's session: database/sql sends it
-		// again on another connection.
-		var zero R
-		return zero, driver.ErrBadConn
 	}
 	return r, cn.wrap(err)
 }

@@ -68,6 +68,7 @@ func TestAcquireAllIdle(t *testing.T) {
 	for _, c := range held {
 		c.Release()
 	}
+	eventually(t, "the three connections are reset and idle", func() bool { return p.Stat().IdleConns() == 3 })
 
 	conns := p.AcquireAllIdle(as("a"))
 	if len(conns) != 3 {

@@ -34,9 +34,9 @@ func TestHandoverCheckCannotBeShadowed(t *testing.T) {
 	const q = "select 'b asked for ' || $1::text"
 	sum := sha256.Sum256([]byte(q))
 	name := "stmtcache_" + hex.EncodeToString(sum[:24])
-	// a's session, reset when a took the connection, holds no statement:
-	// the name is free.
-	hijack := `prepare "` + name + `" (text) as select 'a took over: ' || $1::text;`
+	// pgx's statement stays across the reset: a drops it and puts its own
+	// under the name.
+	hijack := `deallocate "` + name + `"; prepare "` + name + `" (text) as select 'a took over: ' || $1::text;`
 	covers := map[string]string{
 		"temporary view": `create temp view pg_prepared_statements as
 			select name, false as from_sql from pg_catalog.pg_prepared_statements`,

@@ -323,14 +323,12 @@ func (l *localTracer) last() string {
 	return l.first[len(l.first)-1]
 }
 
-// TestScopeTransactionPinsWhereTheSessionIsUnknown: on a direct connection
-// the transaction right after a change of tenant carries the tenant setting
-// without the role and search_path pins, since the reset in front of it has
-// just restored both, and still sees only its own rows as the login role
-// whatever the previous tenant left in the session; the tenant's next
-// transaction, whose session its own SQL may have changed, is pinned.
-// Behind PgBouncer in pool_mode=transaction, where the reset and the
-// statement may run on two server connections, every transaction is pinned.
+// TestScopeTransactionPinsWhereTheSessionIsUnknown: every transaction under
+// ScopeTransaction pins the role and search_path, on a direct connection as
+// behind PgBouncer in pool_mode=transaction (where the reset and the
+// statement may run on two server connections), and sees only its own rows
+// as the login role whatever the previous tenant, or the tenant's own SQL,
+// left in the session.
 func TestScopeTransactionPinsWhereTheSessionIsUnknown(t *testing.T) {
 	dsn := setupPins(t)
 	bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
@@ -340,9 +338,9 @@ func TestScopeTransactionPinsWhereTheSessionIsUnknown(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		dsn      string
-		pinFirst bool // whether the transaction after a change of tenant is pinned
+		pinFirst bool // whether the transaction after a change of tenant is pinned: always, since the reset at release
 	}{
-		{"direct", dsn, false},
+		{"direct", dsn, true},
 		{"PgBouncer pool_mode=transaction", bouncer.DSNFor(rlsRole, "app"), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -252,13 +252,12 @@ func TestSessionStateIsolatesTenants(t *testing.T) {
 		}
 		change("a")
 		readAs(t, p, "b") // the next tenant gets its own values
-		// The same tenant meets its own session again, as on a connection
-		// of its own (its values are not set again on every acquire):
-		// what its SQL changed stays, for that tenant only.
+		// The same tenant gets its own values again too: the reset at
+		// release undoes what its SQL changed and sets its values back.
 		change("a")
 		var setting string
-		if err := p.QueryRow(as("a"), "select current_setting('app.tenant_id')").Scan(&setting); err != nil || setting != "b" {
-			t.Fatalf("a's next request saw app.tenant_id %q (%v), want the %q its own SQL set", setting, err, "b")
+		if err := p.QueryRow(as("a"), "select current_setting('app.tenant_id')").Scan(&setting); err != nil || setting != "a" {
+			t.Fatalf("a's next request saw app.tenant_id %q (%v), want its own %q", setting, err, "a")
 		}
 		readAs(t, p, "b")
 		readAs(t, p, "a")

@@ -390,9 +390,23 @@ func TestHandoverRefusesHijackedStatements(t *testing.T) {
 		if err != nil || !prepared {
 			t.Fatalf("pgx did not prepare %s for b's query (%v): the test would prove nothing", name, err)
 		}
-		// a's session, reset when a took the connection, holds no
-		// statement: the name is free.
-		_, err = p.Exec(as("a"), `prepare "`+name+`" (text) as select 'a took over: ' || $1::text`)
+		// pgx's statement stays across the reset: a drops it and puts its
+		// own under the name, from SQL, and then by the protocol, as pgx
+		// itself prepares (not from SQL).
+		_, err = p.Exec(as("a"), `deallocate "`+name+`"; prepare "`+name+`" (text) as select 'a took over: ' || $1::text`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answer(p.QueryRow(as("b"), q, "x")); got != "b asked for x" {
+			t.Errorf("Session %v: after a replaced pgx's statement from SQL, b's request answered %q", withSession, got)
+		}
+		err = p.AcquireFunc(as("a"), func(c tenantdb.Conn) error {
+			if _, err := c.Exec(as("a"), `deallocate "`+name+`"`); err != nil {
+				return err
+			}
+			_, err := c.Conn().PgConn().Prepare(as("a"), name, "select 'a took over: ' || $1::text", nil)
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

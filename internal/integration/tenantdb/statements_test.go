@@ -135,11 +135,11 @@ func TestRecreatedStatementWithOtherColumnsFails(t *testing.T) {
 	assertNothingHeld(t, p)
 }
 
-// TestWireCarriesLargeResults: the wire passes rows on as they arrive, a
+// TestLargeResultsAfterChangeOfTenant: rows pass on as they arrive, a
 // row larger than one read included, after a change of tenant (when it
 // sorts the replies of the reset and of the re-created statement out of
 // the stream) and without one, in every exec mode.
-func TestWireCarriesLargeResults(t *testing.T) {
+func TestLargeResultsAfterChangeOfTenant(t *testing.T) {
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
 		cfg := pgxConfig(t, sharedPG, 1)

@@ -1,0 +1,452 @@
+package tenantdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+)
+
+// The reset at release (issue 50) and the holes of issue 51 that lived in
+// the reset that rode inside pgx's socket.
+
+// TestChannelBindingThroughPool: with channel_binding=require, tenantdb's
+// pool connects over TLS as plain pgxpool does: tenantdb no longer wraps
+// pgx's socket, which hid the *tls.Conn that channel binding needs.
+func TestChannelBindingThroughPool(t *testing.T) {
+	pg := tenantdbtest.StartPostgres(t,
+		tenantdbtest.WithSetting("ssl", "on"),
+		tenantdbtest.WithSetting("ssl_cert_file", "/etc/ssl/certs/ssl-cert-snakeoil.pem"),
+		tenantdbtest.WithSetting("ssl_key_file", "/etc/ssl/private/ssl-cert-snakeoil.key"))
+	u, err := url.Parse(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "require")
+	q.Set("channel_binding", "require")
+	u.RawQuery = q.Encode()
+	pcfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 2
+	for _, s := range []tenantdb.Session{{}, {TenantSetting: "app.tenant_id"}, {TenantSetting: "app.tenant_id", Scope: tenantdb.ScopeTransaction}} {
+		cfg := pcfg.Copy()
+		if s.Scope == tenantdb.ScopeTransaction {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
+		p, err := tenantdb.New(context.Background(), cfg, tenantdb.Config{
+			Plans: map[string]tenantdb.Plan{"p": {MaxConns: 2}}, DefaultPlan: "p", Session: s,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ssl bool
+		err = p.QueryRow(as("a"), "select ssl from pg_catalog.pg_stat_ssl where pid = pg_catalog.pg_backend_pid()").Scan(&ssl)
+		p.Close()
+		if err != nil {
+			t.Fatalf("Session %+v: channel_binding=require through tenantdb.New: %v", s, err)
+		}
+		if !ssl {
+			t.Fatalf("Session %+v: the connection is not over TLS", s)
+		}
+	}
+}
+
+// leaveDirty leaves, as tenant, what makes a reset slow or fail: a 1 ms
+// statement_timeout, a setting, and temporary tables.
+func leaveDirty(t *testing.T, p *tenantdb.Pool, tenant string, tables int) {
+	t.Helper()
+	c, err := p.Acquire(as(tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	_, err = c.Exec(as(tenant), fmt.Sprintf(`set app.leftover = %q; do $$ begin
+		for i in 1..%d loop execute format('create temp table t%%s (x int)', i); end loop; end $$`, tenant, tables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(as(tenant), "set statement_timeout = '1ms'"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTwoSyncWriteRunsInAResetSession: a pipeline of two Syncs sent through
+// Pool.Pgxpool after a tenant left a session that makes a reset fail runs
+// both parts in a session with the defaults: the reset happens at release,
+// never inside pgx's stream.
+func TestTwoSyncWriteRunsInAResetSession(t *testing.T) {
+	p := newPool(t, sharedPG, 1, tenantdb.Config{Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p"})
+	for i := range 5 {
+		leaveDirty(t, p, "a", 300)
+		c, err := p.Pgxpool().Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipe := c.Conn().PgConn().StartPipeline(context.Background())
+		const q = "select coalesce(pg_catalog.current_setting('app.leftover', true), ''), pg_catalog.current_setting('statement_timeout')"
+		for range 2 {
+			pipe.SendQueryParams(q, nil, nil, nil, nil)
+			if err := pipe.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for seg := range 2 {
+			res, err := pipe.GetResults()
+			if err != nil {
+				t.Fatalf("round %d segment %d: %v", i, seg, err)
+			}
+			rr := res.(*pgconn.ResultReader).Read()
+			if rr.Err != nil {
+				t.Fatalf("round %d segment %d: %v", i, seg, rr.Err)
+			}
+			if left, timeout := string(rr.Rows[0][0]), string(rr.Rows[0][1]); left != "" || timeout != "0" {
+				t.Fatalf("round %d segment %d ran in the previous holder's session: app.leftover %q, statement_timeout %q", i, seg, left, timeout)
+			}
+			if _, err := pipe.GetResults(); err != nil { // the Sync
+				t.Fatal(err)
+			}
+		}
+		if err := pipe.Close(); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestBeginTxWithIsolationAfterChangeOfTenant: a transaction with an
+// isolation level begins on a connection that changes tenant, with a Role
+// and a SearchPath, in both cached and exec modes.
+func TestBeginTxWithIsolationAfterChangeOfTenant(t *testing.T) {
+	admin := rawPool(t, sharedPG, 1)
+	for _, tenant := range []string{"iso_a", "iso_b"} {
+		if _, err := admin.Exec(context.Background(), fmt.Sprintf(`do $$ begin
+			if not exists (select from pg_roles where rolname = 'tenant_%[1]s') then create role tenant_%[1]s; end if; end $$;
+			grant tenant_%[1]s to current_user; create schema if not exists %[1]s`, tenant)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		pcfg := pgxConfig(t, sharedPG, 1)
+		pcfg.ConnConfig.DefaultQueryExecMode = mode
+		p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+			Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p",
+			Session: tenantdb.Session{
+				Role:       func(id string) string { return "tenant_" + id },
+				SearchPath: func(id string) []string { return []string{id} },
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			tenant := []string{"iso_a", "iso_b"}[i%2]
+			tx, err := p.BeginTx(as(tenant), pgx.TxOptions{IsoLevel: pgx.Serializable})
+			if err != nil {
+				p.Close()
+				t.Fatalf("mode %v, try %d: BeginTx(serializable) after a change of tenant: %v", mode, i, err)
+			}
+			var iso, role string
+			err = tx.QueryRow(as(tenant), "select pg_catalog.current_setting('transaction_isolation'), current_user::text").Scan(&iso, &role)
+			_ = tx.Rollback(as(tenant))
+			if err != nil || iso != "serializable" || role != "tenant_"+tenant {
+				p.Close()
+				t.Fatalf("mode %v, try %d: isolation %q role %q err %v", mode, i, iso, role, err)
+			}
+		}
+		p.Close()
+	}
+}
+
+// TestRetryNeverRunsInTheTemplateDatabase: with a database per tenant, a
+// tenant that ends its own backend leaves nothing that sends the next
+// call, or any call, to another database (issue 51, item 1).
+func TestRetryNeverRunsInTheTemplateDatabase(t *testing.T) {
+	admin := rawPool(t, sharedPG, 1)
+	for _, db := range []string{"rr_a", "rr_b"} {
+		_, _ = admin.Exec(context.Background(), "create database "+db)
+	}
+	p := newPool(t, sharedPG, 2, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 2, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p",
+		Session:  tenantdb.Session{TenantSetting: "app.tenant_id"},
+		Database: func(id string) (string, error) { return "rr_" + id, nil },
+	})
+	for i := range 8 {
+		for _, tenant := range []string{"a", "b"} {
+			// The tenant ends its own backend: its call fails, and so may the
+			// next one on a connection the server closed; none runs elsewhere.
+			_, _ = p.Exec(as(tenant), "select pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid())")
+			var db string
+			ops := []func() error{
+				func() error { return p.QueryRow(as(tenant), "select current_database()").Scan(&db) },
+				func() error {
+					tx, err := p.Begin(as(tenant))
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback(as(tenant))
+					return tx.QueryRow(as(tenant), "select current_database()").Scan(&db)
+				},
+				func() error {
+					c, err := p.Acquire(as(tenant))
+					if err != nil {
+						return err
+					}
+					defer c.Release()
+					return c.QueryRow(as(tenant), "select current_database()").Scan(&db)
+				},
+			}
+			db = ""
+			if err := ops[i%len(ops)](); err == nil && db != "rr_"+tenant {
+				t.Fatalf("round %d: tenant %s's statement ran in database %q", i, tenant, db)
+			}
+		}
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestBadRoleClosesNoSharedConnection: a tenant whose Session.Role does not
+// exist fails its own call; the other tenants' warm connections stay open
+// (issue 51, item 4).
+func TestBadRoleClosesNoSharedConnection(t *testing.T) {
+	admin := rawPool(t, sharedPG, 1)
+	if _, err := admin.Exec(context.Background(), `do $$ begin
+		if not exists (select from pg_roles where rolname = 'tenant_good') then create role tenant_good; end if; end $$;
+		grant tenant_good to current_user`); err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, sharedPG, 4, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 4}}, DefaultPlan: "p",
+		Session: tenantdb.Session{Role: func(id string) string { return "tenant_" + id }},
+	})
+	// Warm four connections, the last holder the good tenant.
+	var conns []tenantdb.Conn
+	for range 4 {
+		c, err := p.Acquire(as("good"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	pids := map[uint32]bool{}
+	for _, c := range conns {
+		pids[c.Conn().PgConn().PID()] = true
+		c.Release()
+	}
+	eventually(t, "the four connections are back", func() bool { return p.Stat().IdleConns() == 4 })
+	if _, err := p.Exec(as("missing_role"), "select 1"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("a tenant with a role that does not exist: got %v, want the server's error", err)
+	}
+	for range 4 {
+		if _, err := p.Exec(as("good"), "select 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the connections are back", func() bool { return p.Stat().AcquiredConns() == 0 })
+	var open int
+	if err := admin.QueryRow(context.Background(), "select count(*) from pg_stat_activity where pid = any($1)",
+		keys(pids)).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if open != 4 || p.Stat().TotalConns() != 4 {
+		t.Fatalf("after the bad role's call %d of the 4 warm connections are open, the pool has %d", open, p.Stat().TotalConns())
+	}
+}
+
+func keys(m map[uint32]bool) []uint32 {
+	var out []uint32
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestLeftoversDoNotStallTheNextTenant: a holder that leaves a temporary
+// table whose reset waits on a lock held elsewhere stalls only its own
+// connection's reset, at release: the next tenant's call runs at once on
+// another connection, within a deadline far shorter than the stall (issue
+// 51, item 5). And a context that ends while a connection is readied
+// reports the context's error.
+func TestLeftoversDoNotStallTheNextTenant(t *testing.T) {
+	admin := rawPool(t, sharedPG, 2)
+	p := newPool(t, sharedPG, 2, tenantdb.Config{Plans: map[string]tenantdb.Plan{"p": {MaxConns: 2}}, DefaultPlan: "p",
+		Session: tenantdb.Session{TenantSetting: "app.tenant_id"}})
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "create schema if not exists stall"); err != nil {
+		t.Fatal(err)
+	}
+	// a: a temporary table and a function in a permanent schema typed on
+	// it; DISCARD TEMP drops the function too, and waits for its lock.
+	c, err := p.Acquire(as("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(as("a"), `create temp table leftover (x int);
+		create or replace function stall.f(leftover) returns int language sql as 'select 1'`); err != nil {
+		c.Release()
+		t.Fatal(err)
+	}
+	var temp string
+	if err := c.QueryRow(as("a"), "select nspname::text from pg_catalog.pg_namespace where oid = pg_catalog.pg_my_temp_schema()").Scan(&temp); err != nil {
+		c.Release()
+		t.Fatal(err)
+	}
+	// Another session holds a lock on the function that dropping it needs.
+	lock, err := admin.Begin(ctx)
+	if err != nil {
+		c.Release()
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, "comment on function stall.f("+temp+".leftover) is 'held'"); err != nil {
+		c.Release()
+		t.Fatal(err)
+	}
+	c.Release() // a's reset at release now waits
+	deadline, cancel := context.WithTimeout(as("b"), 3*time.Second)
+	defer cancel()
+	var one int
+	if err := p.QueryRow(deadline, "select 1").Scan(&one); err != nil {
+		t.Fatalf("b's call while a's leftovers stall a's reset: %v", err)
+	}
+	_ = lock.Rollback(ctx)
+	eventually(t, "a's connection is reset or destroyed", func() bool { return p.Stat().AcquiredConns() == 0 })
+
+	// A context that ends while the connection is readied: the error
+	// matches the context's.
+	for i := range 16 {
+		ctx, cancel := context.WithTimeout(as(fmt.Sprintf("t%d", i%3)), time.Duration(i)*100*time.Microsecond)
+		err := p.QueryRow(ctx, "select 1").Scan(&one)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("try %d: a call whose context ended returned %v, which matches neither context error", i, err)
+		}
+	}
+	assertNothingHeld(t, p)
+}
+
+// TestDeallocateAllKeepsOthersStatements: a tenant's DEALLOCATE ALL drops
+// pgx's statements on the server; the next tenant's cached statements work
+// (issue 51, item 6).
+func TestDeallocateAllKeepsOthersStatements(t *testing.T) {
+	p := newPool(t, sharedPG, 1, tenantdb.Config{Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p"})
+	queries := []string{"select $1::int + 1", "select $1::int + 2", "select $1::int + 3"}
+	for _, q := range queries {
+		var n int
+		if err := p.QueryRow(as("b"), q, 1).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 3 {
+		if _, err := p.Exec(as("a"), "deallocate all"); err != nil {
+			t.Fatal(err)
+		}
+		for i, q := range queries {
+			var n int
+			if err := p.QueryRow(as("b"), q, 1).Scan(&n); err != nil || n != 2+i {
+				t.Fatalf("round %d: b's cached statement %q after a's deallocate all: %d, %v", round, q, n, err)
+			}
+		}
+	}
+}
+
+// TestQueryOptionsInBothScopes: pgx's options among the arguments work
+// under ScopeTransaction as under ScopeSession (issue 51, item 8).
+func TestQueryOptionsInBothScopes(t *testing.T) {
+	for _, scope := range []tenantdb.Scope{tenantdb.ScopeSession, tenantdb.ScopeTransaction} {
+		pcfg := pgxConfig(t, sharedPG, 2)
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+			Plans: map[string]tenantdb.Plan{"p": {MaxConns: 2}}, DefaultPlan: "p",
+			Session: tenantdb.Session{TenantSetting: "app.tenant_id", Scope: scope},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(what string, got string, err error) {
+			t.Helper()
+			if err != nil || got != "a:7" {
+				p.Close()
+				t.Fatalf("scope %v, %s: %q, %v", scope, what, got, err)
+			}
+		}
+		const q = "select pg_catalog.current_setting('app.tenant_id') || ':' || $1::int"
+		var s string
+		_, err = p.Exec(as("a"), "select $1::int", pgx.QueryExecModeSimpleProtocol, 7)
+		check("Exec with QueryExecModeSimpleProtocol", "a:7", err)
+		err = p.QueryRow(as("a"), q, pgx.QueryExecModeSimpleProtocol, 7).Scan(&s)
+		check("QueryRow with QueryExecModeSimpleProtocol", s, err)
+		err = p.QueryRow(as("a"), q, pgx.QueryResultFormats{pgx.TextFormatCode}, 7).Scan(&s)
+		check("QueryRow with QueryResultFormats", s, err)
+		err = p.QueryRow(as("a"), "select pg_catalog.current_setting('app.tenant_id') || ':' || @n::int", pgx.NamedArgs{"n": 7}).Scan(&s)
+		check("QueryRow with NamedArgs", s, err)
+		rows, err := p.Query(as("a"), q, pgx.QueryExecModeDescribeExec, 7)
+		if err == nil {
+			s, err = pgx.CollectOneRow(rows, pgx.RowTo[string])
+		}
+		check("Query with QueryExecModeDescribeExec", s, err)
+		c, err := p.Acquire(as("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.QueryRow(as("a"), q, pgx.QueryExecModeSimpleProtocol, 7).Scan(&s)
+		c.Release()
+		check("Conn.QueryRow with QueryExecModeSimpleProtocol", s, err)
+		assertNothingHeld(t, p)
+		p.Close()
+	}
+}
+
+// TestNotificationsStayWithTheirTenant: a holder that listened, received a
+// notification and stopped listening leaves nothing for the next tenant's
+// WaitForNotification (pgx had buffered it); TestResetDropsBufferedNotifications
+// has a holder that still listens at release.
+func TestNotificationsStayWithTheirTenant(t *testing.T) {
+	p := newPool(t, sharedPG, 1, tenantdb.Config{Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p"})
+	var mu sync.Mutex
+	for _, unlisten := range []bool{true} {
+		c, err := p.Acquire(as("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(as("a"), "listen secrets; notify secrets, 'for a only'; select 1"); err != nil {
+			t.Fatal(err)
+		}
+		if unlisten {
+			if _, err := c.Exec(as("a"), "unlisten *"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Release()
+		mu.Lock()
+		c, err = p.Acquire(as("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(as("b"), 200*time.Millisecond)
+		n, err := c.Conn().WaitForNotification(ctx)
+		cancel()
+		c.Release()
+		mu.Unlock()
+		if n != nil {
+			t.Fatalf("unlisten %v: b received a's notification %q", unlisten, n.Payload)
+		}
+		if err == nil {
+			t.Fatalf("unlisten %v: WaitForNotification returned no notification and no error", unlisten)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package tenantdb
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// resetStatements undo, in one simple-protocol round trip, everything a
+// session can carry from one holder to the next (PgBouncer's default
+// server_reset_query, DISCARD ALL), except that pgx's own prepared
+// statements stay: DISCARD ALL less DEALLOCATE ALL. RESET ALL goes first so
+// that a statement_timeout the holder left cannot cut the rest short (the
+// server re-reads the setting at each statement). The last statement
+// reports how many statements are not pgx's own (prepared from SQL, or
+// under a name that is not pgx's for its text: pgx names a cached statement
+// after the SHA-256 of its SQL, and a holder could put other SQL under that
+// name), how many statements the server holds, and whether the session
+// still listens: see readReset.
+const resetStatements = "reset all; " +
+	"close all; " +
+	"set session authorization default; " +
+	"reset role; " +
+	"reset all; " +
+	"select pg_catalog.pg_advisory_unlock_all(); " +
+	"discard plans; " +
+	"discard temp; " +
+	"discard sequences; " +
+	"select (select pg_catalog.count(*) from pg_catalog.pg_prepared_statements where from_sql " +
+	"or name operator(pg_catalog.<>) ('stmtcache_' operator(pg_catalog.||) pg_catalog.substr(pg_catalog.encode(" +
+	"pg_catalog.sha256(pg_catalog.convert_to(statement, 'UTF8')), 'hex'), 1, 48))), " +
+	"(select pg_catalog.count(*) from pg_catalog.pg_prepared_statements where not from_sql), " +
+	"(select pg_catalog.count(*) from pg_catalog.pg_listening_channels()); " +
+	"unlisten *"
+
+// resetTimeout bounds the reset at release. A reset that takes longer (the
+// holder left thousands of temporary objects, or something the reset needs
+// is locked) fails, and its connection is closed: the holder's leftovers
+// cost the holder's connection, never the next tenant's time.
+const resetTimeout = 5 * time.Second
+
+// connState is what tenantdb knows of a pooled connection's session, kept in
+// its pgconn CustomData under stateKey. Only the connection's holder (or
+// pgxpool's hooks, which run while no one holds it) touches it.
+type connState struct {
+	// values is the ScopeSession statement the session was given last
+	// ("" for none), so a tenant whose values it carries gets none again.
+	values string
+	// dirty is set while a holder has the connection and until a reset
+	// succeeds: a dirty session is reset before anyone else gets it.
+	dirty bool
+	// statements is how many statements the server held for pgx after the
+	// last reset, to tell when a holder's SQL dropped some.
+	statements int64
+}
+
+// stateKey names the connState in a connection's pgconn CustomData.
+const stateKey = "tenantdb.session"
+
+// stateOf returns conn's connState, creating it for a connection tenantdb
+// has not seen (pgxpool opened it before the hooks ran, or a test).
+func stateOf(conn *pgx.Conn) *connState {
+	data := conn.PgConn().CustomData()
+	st, ok := data[stateKey].(*connState)
+	if !ok {
+		st = &connState{}
+		data[stateKey] = st
+	}
+	return st
+}
+
+// prepare is the pgxpool PrepareConn hook: it hands conn to the tenant in ctx
+// (no tenant: work on no tenant's behalf, with the defaults). A connection
+// comes back reset at release (see afterRelease), carrying its last
+// holder's ScopeSession values; it gets the tenant's values, in one round
+// trip, only when it carries others. A connection that reaches a holder
+// dirty (its reset at release was not run) is reset in the same round trip.
+// A reset that fails destroys the connection and pgxpool takes another; a
+// failure of the tenant's own values (a role that does not exist) fails the
+// call and keeps the connection, whose session is left as it was.
+func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	st := stateOf(conn)
+	tenant, _ := TenantFrom(ctx)
+	values, err := s.sessionValues(tenant)
+	if err != nil {
+		return true, err // nothing touched the connection: keep it
+	}
+	if !st.dirty && values == st.values {
+		st.dirty = true
+		return true, nil
+	}
+	sql := values
+	if st.dirty {
+		sql = resetStatements
+		if values != "" {
+			sql += "; " + values
+		}
+	}
+	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return false, fmt.Errorf("tenantdb: prepare the connection for tenant %q: %w", tenant, ctxErr)
+		}
+		if conn.IsClosed() || st.dirty && len(results) <= statementCount(resetStatements) {
+			return false, nil // the reset failed: another connection
+		}
+		// The values failed, and with them the implicit transaction they
+		// ran in: the session is as it was, dirty or not.
+		return true, fmt.Errorf("tenantdb: set the session values of tenant %q: %w", tenant, err)
+	}
+	if st.dirty {
+		if ok := s.readReset(ctx, conn, st, results); !ok {
+			return false, nil
+		}
+	}
+	st.values, st.dirty = values, true
+	return true, nil
+}
+
+// afterRelease is the pgxpool AfterRelease hook, which pgxpool runs in a
+// goroutine of its own before the connection is back in the pool: it resets
+// the session the holder leaves, on the holder's time and off the next
+// tenant's path, and gives it the holder's ScopeSession values again, so
+// that the same tenant's next call needs no round trip. It reports false,
+// and pgxpool destroys the connection, when the reset fails, takes longer
+// than resetTimeout, or finds the session listening (pgx may have buffered
+// a notification for the holder that no reset can take back).
+func (s *sessionSetup) afterRelease(conn *pgx.Conn) bool {
+	st := stateOf(conn)
+	if !st.dirty {
+		return true // not handed out since its last reset (an eviction's acquire)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
+	defer cancel()
+	sql := resetStatements
+	if st.values != "" {
+		sql += "; " + st.values
+	}
+	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil || !s.readReset(ctx, conn, st, results) {
+		return false
+	}
+	st.dirty = false
+	return true
+}
+
+// readReset reads the report of resetStatements in results. When the
+// holder prepared a statement that is not pgx's own, or dropped some of
+// pgx's (DEALLOCATE),
+// pgx's statement caches may name statements the server does not have or
+// has under another text: every statement is dropped on both sides
+// (DEALLOCATE ALL through pgx, which empties its caches), in one more round
+// trip. It reports false for a session that still listened, or a failure.
+func (s *sessionSetup) readReset(ctx context.Context, conn *pgx.Conn, st *connState, results []*pgconn.Result) bool {
+	report := resetReport(results)
+	if report == nil || len(report.Rows) != 1 || len(report.Rows[0]) != 3 {
+		return false
+	}
+	foreign, err1 := strconv.ParseInt(string(report.Rows[0][0]), 10, 64)
+	statements, err2 := strconv.ParseInt(string(report.Rows[0][1]), 10, 64)
+	listening, err3 := strconv.ParseInt(string(report.Rows[0][2]), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || listening > 0 {
+		return false
+	}
+	if foreign > 0 || statements < st.statements {
+		if err := conn.DeallocateAll(ctx); err != nil {
+			return false
+		}
+		statements = 0
+	}
+	st.statements = statements
+	dropNotifications(conn)
+	return true
+}
+
+// resetReport returns the result of resetStatements' report, the first
+// result with three columns, or nil.
+func resetReport(results []*pgconn.Result) *pgconn.Result {
+	for _, r := range results {
+		if len(r.FieldDescriptions) == 3 {
+			return r
+		}
+	}
+	return nil
+}
+
+// statementCount counts the statements of sql, which tenantdb builds: one
+// per semicolon outside quotes, plus the last.
+func statementCount(sql string) int {
+	n, quoted := 1, false
+	for i := 0; i < len(sql); i++ {
+		switch sql[i] {
+		case '\'':
+			quoted = !quoted
+		case ';':
+			if !quoted {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// doneContext is a context that is already done, for the pgx calls that
+// then return at once without a word to the server.
+var doneContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// dropNotifications discards what pgx buffered on conn for a holder that
+// listened and stopped during its hold: pgx's WaitForNotification hands out
+// buffered notifications first and, with none left and a done context,
+// returns without touching the connection.
+func dropNotifications(conn *pgx.Conn) {
+	for {
+		if _, err := conn.WaitForNotification(doneContext); err != nil {
+			return
+		}
+	}
+}
