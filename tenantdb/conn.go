@@ -167,5 +167,6 @@ func (c Conn) Conn() *pgx.Conn {
 	if c.ref.life == nil || c.ref.stale() {
 		return nil
 	}
+	c.h.run.used() // statements may go out of tenantdb's sight
 	return c.h.conn.Conn()
 }

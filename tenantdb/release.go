@@ -50,7 +50,8 @@ type connState struct {
 	// values is the ScopeSession statement the session was given last
 	// ("" for none), so a tenant whose values it carries gets none again.
 	values string
-	// dirty is set while a holder has the connection and until a reset
+	// dirty is set once a holder may have changed the session (it ran a
+	// statement, or had pgx's connection itself) and until a reset
 	// succeeds: a dirty session is reset before anyone else gets it.
 	dirty bool
 	// statements is how many statements the server held for pgx after the
@@ -63,8 +64,8 @@ const stateKey = "tenantdb.session"
 
 // stateOf returns conn's connState, creating it for a connection tenantdb
 // has not seen (pgxpool opened it before the hooks ran, or a test).
-func stateOf(conn *pgx.Conn) *connState {
-	data := conn.PgConn().CustomData()
+func stateOf(conn *pgconn.PgConn) *connState {
+	data := conn.CustomData()
 	st, ok := data[stateKey].(*connState)
 	if !ok {
 		st = &connState{}
@@ -83,14 +84,14 @@ func stateOf(conn *pgx.Conn) *connState {
 // failure of the tenant's own values (a role that does not exist) fails the
 // call and keeps the connection, whose session is left as it was.
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	st := stateOf(conn)
+	st := stateOf(conn.PgConn())
 	tenant, _ := TenantFrom(ctx)
 	values, err := s.sessionValues(tenant)
 	if err != nil {
 		return true, err // nothing touched the connection: keep it
 	}
 	if !st.dirty && values == st.values {
-		st.dirty = true
+		st.dirty = tenant == "" // work on no tenant's behalf has pgx's connection itself
 		return true, nil
 	}
 	sql := values
@@ -117,7 +118,7 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 			return false, nil
 		}
 	}
-	st.values, st.dirty = values, true
+	st.values, st.dirty = values, tenant == ""
 	return true, nil
 }
 
@@ -130,9 +131,9 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 // than resetTimeout, or finds the session listening (pgx may have buffered
 // a notification for the holder that no reset can take back).
 func (s *sessionSetup) afterRelease(conn *pgx.Conn) bool {
-	st := stateOf(conn)
+	st := stateOf(conn.PgConn())
 	if !st.dirty {
-		return true // not handed out since its last reset (an eviction's acquire)
+		return true // no statement ran since its last reset
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
 	defer cancel()

@@ -21,19 +21,29 @@ import (
 type runner struct {
 	conn  *pgx.Conn
 	local string
+	st    *connState // conn's: each statement marks the session for the reset at release
 }
 
 // runner returns the runner of the tenant in ctx on conn.
 func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, error) {
+	st := stateOf(conn.PgConn())
 	if !s.transactional() {
-		return runner{conn: conn}, nil
+		return runner{conn: conn, st: st}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
 	local, err := s.localStatement(tenant, conn.PgConn())
 	if err != nil {
-		return runner{conn: conn}, err
+		return runner{conn: conn, st: st}, err
 	}
-	return runner{conn: conn, local: local}, nil
+	return runner{conn: conn, local: local, st: st}, nil
+}
+
+// used marks the session as one a statement may have changed, to be reset
+// at release.
+func (r runner) used() {
+	if r.st != nil {
+		r.st.dirty = true
+	}
 }
 
 // sets reports whether the next statement must carry the tenant's setting:
@@ -65,6 +75,7 @@ type closer interface{ Close() error }
 // sql may hold several statements; the setting is put in front of them, or
 // right after a leading BEGIN (see WithLocalSettings).
 func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
+	r.used()
 	switch {
 	case !r.sets():
 		return r.conn.Exec(ctx, sql, args...)
@@ -86,6 +97,7 @@ func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.Comman
 // query runs sql. With ScopeTransaction it also returns the batch (or
 // transaction) it was sent in, to be closed after the rows.
 func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, closer, error) {
+	r.used()
 	if !r.sets() {
 		rows, err := r.conn.Query(ctx, sql, args...)
 		return rows, nil, err
@@ -110,6 +122,7 @@ func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, cl
 // batch (or transaction) it was sent in, to be closed after the row is
 // scanned.
 func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, closer) {
+	r.used()
 	if !r.sets() {
 		return r.conn.QueryRow(ctx, sql, args...), nil
 	}
@@ -134,6 +147,7 @@ func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, 
 // After a BEGIN that comes first in b, the setting goes second: a BEGIN with
 // an isolation level must be the first statement of its transaction.
 func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	r.used()
 	if !r.sets() {
 		return r.conn.SendBatch(ctx, b)
 	}
@@ -150,6 +164,7 @@ func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 // begin starts a transaction. With ScopeTransaction the setting is sent in
 // the same round trip as BEGIN, after it.
 func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	r.used()
 	if r.local == "" {
 		return r.conn.BeginTx(ctx, opts)
 	}
@@ -173,6 +188,7 @@ func (r runner) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 // outside a transaction it runs in a transaction of its own that carries the
 // setting; inside one it runs in it, after the setting.
 func (r runner) copyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	r.used()
 	if !r.sets() {
 		return r.conn.CopyFrom(ctx, table, columns, src)
 	}

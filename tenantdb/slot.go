@@ -65,6 +65,7 @@ func (p *Pool) Session() Session { return p.session.cfg }
 // PostgreSQL to cancel the statement running on it.
 func (s *Slot) Attach(c *pgconn.PgConn) {
 	s.conn = c
+	stateOf(c).dirty = true // the adapter runs its statements on pgx itself
 	if s.g == nil {
 		return
 	}
