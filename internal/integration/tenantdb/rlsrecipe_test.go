@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenantdb/tenantdb/internal/doctest"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
 // rlsRecipe is the heading of the documented recipe that TestRLSRecipe runs.
@@ -33,20 +34,44 @@ const rlsRecipe = "## A complete recipe: row-level security for reads and writes
 // the service's role, a write or update for another tenant fails, updates and
 // deletes of others' rows change nothing, and work without a tenant sees
 // nothing and cannot insert. The service stops gracefully on SIGTERM.
+//
+// It runs the program twice, as it stands: directly, and through PgBouncer
+// in transaction mode with BEHIND_POOLER set, with a small server pool and
+// tenants looked up at once, so that a statement that relies on its server
+// connection's session (a cached prepared statement in Lookup's pool) meets
+// another connection.
 func TestRLSRecipe(t *testing.T) {
 	section := doctest.Section(t, rlsRecipe)
 	sqlBlocks := doctest.Blocks(t, section, "sql")
 	if len(sqlBlocks) != 1 {
 		t.Fatalf("the recipe has %d SQL blocks, want 1", len(sqlBlocks))
 	}
-	ctx := context.Background()
-	superDSN, appDSN := recipeDatabase(t, sqlBlocks[0])
-
 	exe := doctest.BuildExecutable(t, rlsRecipe, "tenantdb/internal/rlsrecipe")
+	t.Run("direct", func(t *testing.T) { runRLSRecipe(t, exe, sqlBlocks[0], false) })
+	t.Run("behind PgBouncer", func(t *testing.T) { runRLSRecipe(t, exe, sqlBlocks[0], true) })
+}
+
+func runRLSRecipe(t *testing.T, exe, recipeSQL string, behindPooler bool) {
+	ctx := context.Background()
+	superDSN, appDSN := recipeDatabase(t, recipeSQL)
+	serviceDSN, env := appDSN, []string(nil)
+	if behindPooler {
+		u, err := url.Parse(superDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		password, _ := u.User.Password()
+		bouncer := tenantdbtest.StartPgBouncer(t, &tenantdbtest.Postgres{DSN: superDSN, Addr: u.Host,
+			User: u.User.Username(), Password: password, Database: "rls_recipe"},
+			tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction), tenantdbtest.WithPoolSize(3),
+			tenantdbtest.WithPgBouncerUser("app", "change-me"))
+		serviceDSN, env = bouncer.DSNFor("app", "change-me"), []string{"BEHIND_POOLER=1"}
+	}
+
 	addr := freeAddr(t)
 	var logs bytes.Buffer
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+appDSN, "ADDR="+addr)
+	cmd.Env = append(append(os.Environ(), "DATABASE_URL="+serviceDSN, "ADDR="+addr), env...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,6 +144,40 @@ func TestRLSRecipe(t *testing.T) {
 	}
 	if got := totals("globex"); !slices.Equal(got, []float64{7}) {
 		t.Errorf("globex reads orders %v, want [7]", got)
+	}
+	// Ten more accounts, looked up at once with the orders read beside them:
+	// Lookup's pool and the tenants' share PgBouncer's three server
+	// connections.
+	super0, err := pgx.Connect(ctx, superDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := super0.Exec(ctx, "insert into tenants select 'extra' || i, 'free' from generate_series(1, 10) i"); err != nil {
+		t.Fatal(err)
+	}
+	super0.Close(ctx)
+	codes := make(chan string, 30)
+	for i := range 30 {
+		go func() {
+			tenant := fmt.Sprintf("extra%d", i%10+1)
+			req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
+			req.Header.Set("X-Tenant", tenant)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(resp.Body)
+			resp.Body.Close()
+			codes <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(b.String()))
+		}()
+	}
+	for range 30 {
+		// 429 is a free plan's cap of 2 doing its work; anything else is a failure.
+		if c := <-codes; !strings.HasPrefix(c, "200 ") && !strings.HasPrefix(c, "429 ") {
+			t.Errorf("GET /orders as a new tenant: %s\n%s", c, logs.String())
+		}
 	}
 	for range 20 { // a flood of an unknown tenant: refused every time
 		for _, method := range []string{"GET", "POST"} {
