@@ -56,16 +56,7 @@ func runRLSRecipe(t *testing.T, exe, recipeSQL string, behindPooler bool) {
 	superDSN, appDSN := recipeDatabase(t, recipeSQL)
 	serviceDSN, env := appDSN, []string(nil)
 	if behindPooler {
-		u, err := url.Parse(superDSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		password, _ := u.User.Password()
-		bouncer := tenantdbtest.StartPgBouncer(t, &tenantdbtest.Postgres{DSN: superDSN, Addr: u.Host,
-			User: u.User.Username(), Password: password, Database: "rls_recipe"},
-			tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction), tenantdbtest.WithPoolSize(3),
-			tenantdbtest.WithPgBouncerUser("app", "change-me"))
-		serviceDSN, env = bouncer.DSNFor("app", "change-me"), []string{"BEHIND_POOLER=1"}
+		serviceDSN, env = recipeBouncer(t, superDSN), []string{"BEHIND_POOLER=1"}
 	}
 
 	addr := freeAddr(t)
@@ -302,4 +293,71 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return fmt.Sprint(l.Addr())
+}
+
+// recipeBouncer starts PgBouncer in transaction mode, with a server pool
+// of 3, in front of the recipe's database, and returns the app role's DSN
+// through it.
+func recipeBouncer(t *testing.T, superDSN string) string {
+	t.Helper()
+	u, err := url.Parse(superDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	bouncer := tenantdbtest.StartPgBouncer(t, &tenantdbtest.Postgres{DSN: superDSN, Addr: u.Host,
+		User: u.User.Username(), Password: password, Database: "rls_recipe"},
+		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction), tenantdbtest.WithPoolSize(3),
+		tenantdbtest.WithPgBouncerUser("app", "change-me"))
+	return bouncer.DSNFor("app", "change-me")
+}
+
+// TestRLSBulkImport runs the bulk import program of docs/session-state.md
+// as it stands against the recipe's database: as the app role, COPY
+// straight into orders is refused (0A000), which is why the program copies
+// into a temporary table; the program imports acme's rows directly and
+// globex's through PgBouncer in transaction mode, and each lands with its
+// tenant, none of the other's.
+func TestRLSBulkImport(t *testing.T) {
+	ctx := context.Background()
+	sqlBlocks := doctest.Blocks(t, doctest.Section(t, rlsRecipe), "sql")
+	superDSN, appDSN := recipeDatabase(t, sqlBlocks[0])
+	exe := doctest.BuildExecutable(t, "## Bulk import into a table under row-level security", "tenantdb/internal/rlsimport")
+
+	app, err := pgx.Connect(ctx, appDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(ctx)
+	if _, err := app.Exec(ctx, "select set_config('app.tenant_id', 'acme', false)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = app.CopyFrom(ctx, pgx.Identifier{"orders"}, []string{"total"}, pgx.CopyFromRows([][]any{{1.5}}))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Fatalf("COPY into orders under RLS: %v, want SQLSTATE 0A000", err)
+	}
+
+	run := func(dsn, tenant, rows string, env ...string) {
+		t.Helper()
+		cmd := exec.Command(exe)
+		cmd.Env = append(append(os.Environ(), "DATABASE_URL="+dsn, "TENANT="+tenant, "ROWS="+rows), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != rows {
+			t.Fatalf("importing %s rows for %s: %v\n%s", rows, tenant, err, out)
+		}
+	}
+	run(appDSN, "acme", "5000")
+	run(recipeBouncer(t, superDSN), "globex", "3000", "BEHIND_POOLER=1")
+
+	super, err := pgx.Connect(ctx, superDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer super.Close(ctx)
+	var got string
+	if err := super.QueryRow(ctx, "select string_agg(tenant_id || '=' || n, ',' order by tenant_id) from "+
+		"(select tenant_id, count(*) n from orders group by tenant_id) c").Scan(&got); err != nil || got != "acme=5000,globex=3000" {
+		t.Errorf("orders by tenant: %q, %v; want acme=5000,globex=3000", got, err)
+	}
 }
