@@ -16,7 +16,8 @@ import (
 // at most its MaxShare. Work without a class is the default class: the plan's
 // queue policy, the tenant's cap less what the other classes hold, no share
 // bound, and served first when the capacity is contended, except that a
-// class holding less than its MinShare goes first so that it never starves.
+// class holding less than its MinShare goes first so that it never starves,
+// at the shared capacity and inside each tenant's cap alike.
 // A class is a parameter of the existing stages, not a stage of its own.
 
 // DefaultClass names the class of work that carries none. WithClass with it
@@ -61,9 +62,12 @@ type Class struct {
 	// MinShare is the fraction of Config.Capacity kept for the class when
 	// the capacity is contended: while the class holds less, its waiting
 	// requests are served before the default class's, so that busy
-	// default-class work never starves it. It keeps nothing idle: it only
-	// orders who gets a released permit. Default 0.1; at least one permit;
-	// at most MaxShare.
+	// default-class work never starves it. Inside each tenant the same
+	// fraction of the tenant's cap (at least one slot, at most the class's
+	// cap) is kept for the class: while its work waits and it holds less,
+	// the tenant's freed slots go to it before the tenant's default class.
+	// It keeps nothing idle: it only orders who gets a released permit.
+	// Default 0.1; at least one permit; at most MaxShare.
 	MinShare float64
 }
 

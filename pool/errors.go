@@ -26,6 +26,12 @@ var (
 	// so none can be evicted to make room.
 	ErrTooManyTenants = errors.New("pool: too many tenants")
 
+	// ErrLookup is matched by the error of a request whose Config.Lookup
+	// call failed, together with what Lookup returned: a failure of the
+	// store behind Lookup, not of the request (even when Lookup's error
+	// wraps a context error of its own).
+	ErrLookup = errors.New("pool: lookup failed")
+
 	// ErrUnknownPlan is returned when Lookup names a plan that is not configured.
 	ErrUnknownPlan = errors.New("pool: unknown plan")
 

@@ -1,5 +1,7 @@
 package pool
 
+import "math"
+
 // The fair global gate. Requests that hold a tenant slot and wait for global
 // capacity sit in their lane's globalQ (the lane of their tenant and class).
 // Each class has a ring of the lanes with such requests, served in weighted
@@ -188,8 +190,11 @@ func (g *Gate) nextLaneLocked() *lane {
 }
 
 // promoteLocked gives free tenant slots to t's requests waiting over its cap
-// or their lane's limit, the default class's first, each lane in order. It
-// runs after t's holding drops or a limit rises.
+// or their lane's limit. A named class holding less than its keep inside
+// the tenant (tenantKeepLocked) is served first, up to that keep, so that a
+// tenant's own busy default class never starves its other classes; then
+// the default class's requests, then the other lanes in order. It runs
+// after t's holding drops or a limit rises.
 func (g *Gate) promoteLocked(t *tenant) {
 	c := t.wait
 	if c == nil {
@@ -200,32 +205,57 @@ func (g *Gate) promoteLocked(t *tenant) {
 		return
 	}
 	var now int64
-	for i := range c.lanes {
-		l := &c.lanes[i]
-		if l.capQ.n == 0 {
-			continue
-		}
-		limit := g.laneLimitLocked(l)
+	promote := func(l *lane, limit int) {
 		for l.capQ.n > 0 && held < t.cap && l.held() < limit {
 			if now == 0 {
 				now = g.nowLocked()
 			}
-			w := l.capQ.popFront()
-			w.promoted = now
+			g.promoteOneLocked(t, l, now)
 			held++
-			if g.cfg.Cluster != nil && w.lease == nil {
-				// Its goroutine asks the cluster, outside the lock.
-				w.stage = stageCluster
-				l.clusterPending++
-				t.clusterPending++
-				w.signal()
-				continue
+		}
+	}
+	if classKeepInTenant {
+		for i := 1; i < len(c.lanes); i++ {
+			if l := &c.lanes[i]; l.capQ.n > 0 {
+				promote(l, g.tenantKeepLocked(l))
 			}
-			w.stage = stageGlobal
-			l.globalQ.pushBack(&w.qlink)
+		}
+	}
+	for i := range c.lanes {
+		if l := &c.lanes[i]; l.capQ.n > 0 {
+			promote(l, g.laneLimitLocked(l))
 		}
 	}
 	g.fixLinesLocked(t)
+}
+
+// classKeepInTenant turns on the keep of named classes inside a tenant;
+// a test turns it off to measure the same load without it.
+var classKeepInTenant = true
+
+// tenantKeepLocked is how many of its tenant's slots named-class lane l is
+// served before the default class while it has requests waiting: the
+// class's MinShare of the tenant's cap, at least 1, at most the lane's limit.
+func (g *Gate) tenantKeepLocked(l *lane) int {
+	keep := max(1, int(math.Floor(l.class.MinShare*float64(l.t.cap)+1e-9)))
+	return min(keep, g.laneLimitLocked(l))
+}
+
+// promoteOneLocked moves the first of l's requests waiting for a tenant
+// slot on to the next stage: the cluster, or global capacity.
+func (g *Gate) promoteOneLocked(t *tenant, l *lane, now int64) {
+	w := l.capQ.popFront()
+	w.promoted = now
+	if g.cfg.Cluster != nil && w.lease == nil {
+		// Its goroutine asks the cluster, outside the lock.
+		w.stage = stageCluster
+		l.clusterPending++
+		t.clusterPending++
+		w.signal()
+		return
+	}
+	w.stage = stageGlobal
+	l.globalQ.pushBack(&w.qlink)
 }
 
 // laneLimitLocked is how many of its tenant's slots l may take: the

@@ -34,7 +34,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			stale.refreshing = false
 		}
 		if err != nil {
-			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("pool: lookup tenant %q: %w", id, err))
+			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("pool: lookup tenant %q: %w", id, lookupError{err}))
 		}
 		if g.closed {
 			g.mu.Unlock()
@@ -98,3 +98,9 @@ func (g *Gate) lookup(ctx context.Context, id string, stale *tenant) (Tenant, er
 	returned = true
 	return answer, err
 }
+
+// lookupError is what Lookup failed with, matching ErrLookup too.
+type lookupError struct{ err error }
+
+func (e lookupError) Error() string   { return e.err.Error() }
+func (e lookupError) Unwrap() []error { return []error{ErrLookup, e.err} }

@@ -28,8 +28,10 @@ type TenantStat struct {
 	// AvgHold is a moving average of the measured hold times, which
 	// OverLimitError.RetryAfter is derived from; 0 until one is measured.
 	AvgHold time.Duration
-	// Classes has one entry per class (the default class first) once the
-	// tenant used a class or waited, with Config.Classes set; else nil.
+	// Classes has one entry per class, the default class first, with
+	// Config.Classes set; else nil. The entries add up to the tenant:
+	// their Acquired, Rejected, TimedOut, Cancelled, WaitTime, HoldTime,
+	// InUse and Waiting sum to the tenant's.
 	Classes []ClassStat
 }
 
@@ -148,11 +150,19 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),
 	}
-	if t.wait != nil && len(g.classes) > 1 {
-		s.Classes = make([]ClassStat, len(t.wait.lanes))
-		for i := range t.wait.lanes {
-			l := &t.wait.lanes[i]
-			s.Classes[i] = classStat(l.class.name, g.laneLimitLocked(l), l.inUse, l.waiting(), &l.counters)
+	if len(g.classes) > 1 {
+		s.Classes = make([]ClassStat, len(g.classes))
+		if t.wait == nil {
+			// Without contention state, all t did was of the default class.
+			s.Classes[0] = classStat(DefaultClass, t.limit, t.inUse, t.waiting(), &t.counters)
+			for i, c := range g.classes[1:] {
+				s.Classes[i+1] = ClassStat{Class: c.name, Limit: min(t.plan.classCaps[i+1], t.cap)}
+			}
+		} else {
+			for i := range t.wait.lanes {
+				l := &t.wait.lanes[i]
+				s.Classes[i] = classStat(l.class.name, g.laneLimitLocked(l), l.inUse, l.waiting(), &l.counters)
+			}
 		}
 	}
 	return s

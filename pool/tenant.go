@@ -75,8 +75,9 @@ type lane struct {
 }
 
 // contended returns t's contention state, creating it, with n lanes, on
-// t's first wait or class. Every permit t holds then is of the default
-// class, as a class creates the state before its first grant.
+// t's first wait or class. Every permit t holds then, and every admission
+// it counted, is of the default class, as a class creates the state before
+// its first grant.
 func (t *tenant) contended(classes []*classState) *contention {
 	if t.wait == nil {
 		c := &contention{lanes: make([]lane, len(classes))}
@@ -85,7 +86,11 @@ func (t *tenant) contended(classes []*classState) *contention {
 			l.t, l.class = t, classes[i]
 			l.ringLink.v, l.resLink.v = l, l
 		}
+		// Everything t did so far was of the default class: its lane
+		// starts with t's counters, so that the lanes add up to t.
 		c.lanes[0].inUse = t.inUse
+		c.lanes[0].counters = t.counters
+		c.lanes[0].avgHold = t.avgHold
 		t.wait = c
 	}
 	return t.wait

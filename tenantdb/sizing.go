@@ -127,21 +127,48 @@ type ServerSizing struct {
 	// connection was given at start, which PgBouncer makes up for its
 	// clients). The pooler's own limit on server connections (PgBouncer's
 	// default_pool_size, a Supavisor pool size) is then what the processes
-	// share, and CheckServer cannot see it: Fits compares with the
-	// server's limit only.
+	// share, and CheckServer cannot see it: give it with WithPoolerLimit.
 	BehindPooler bool
+	// PoolerLimit is the pooler's limit on server connections for this
+	// pool's database and user, as given with WithPoolerLimit; 0 if not
+	// given.
+	PoolerLimit int
 }
 
-// Fits reports whether Demand fits in MaxConnections. Behind a pooler
-// (BehindPooler) compare Demand with the pooler's limit too.
-func (s ServerSizing) Fits() bool { return s.Demand <= s.MaxConnections }
+// WithPoolerLimit returns s with the pooler's limit on server connections
+// (PgBouncer's pool_size or default_pool_size for the pool's database and
+// user), which CheckServer cannot read, so that Fits can judge behind a
+// pooler.
+func (s ServerSizing) WithPoolerLimit(n int) ServerSizing {
+	s.PoolerLimit = n
+	return s
+}
+
+// Known reports whether Fits can judge: false behind a pooler whose limit
+// was not given (BehindPooler without PoolerLimit).
+func (s ServerSizing) Known() bool { return !s.BehindPooler || s.PoolerLimit > 0 }
+
+// Fits reports whether Demand fits in MaxConnections and, with a
+// PoolerLimit, in the pooler's limit too. It is false when it cannot tell
+// (behind a pooler without PoolerLimit, see Known): a pool of 97 server
+// connections says nothing of a pooler's pool of 24.
+func (s ServerSizing) Fits() bool {
+	if !s.Known() {
+		return false
+	}
+	if s.PoolerLimit > 0 && s.Demand > s.PoolerLimit {
+		return false
+	}
+	return s.Demand <= s.MaxConnections
+}
 
 // CheckServer asks the server for max_connections (on a shared connection,
 // counted against no tenant) and compares it with processes × MaxConns, the
 // connections that many processes running this pool may open; it also
 // reports whether a pooler stands between (BehindPooler), whose limit it
-// cannot see. ctx governs the acquire and the query. Leave room for your
-// other clients too.
+// cannot see: behind one, Fits is false until the limit is given with
+// WithPoolerLimit. ctx governs the acquire and the query. Leave room for
+// your other clients too.
 func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, error) {
 	if processes < 1 {
 		return ServerSizing{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)

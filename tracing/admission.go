@@ -90,7 +90,7 @@ func (t *Tracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceRel
 	}
 	hold := d.Hold.Seconds()
 	t.connUse.Record(ctx, hold, t.poolRec...)
-	t.tenantUse.Record(ctx, hold, t.labels.forTenant(d.Tenant, d.Plan).rec...)
+	t.tenantUse.Record(ctx, hold, t.labels.forTenant(d.Tenant, d.Plan, false).rec...)
 	if a := admissionFrom(ctx); a != nil && a.leak != nil {
 		a.leak.release(d)
 	}
@@ -104,7 +104,9 @@ func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) 
 		return
 	}
 	wait := (d.TenantWait + d.GlobalWait + d.ClusterWait).Seconds()
-	s := t.labels.forTenant(d.Tenant, d.Plan)
+	// The tenant's own pressure: refused at its cap, or queued behind it.
+	hot := d.Outcome == pool.Rejected || d.Outcome == pool.TimedOut || d.TenantWait > 0
+	s := t.labels.forTenant(d.Tenant, d.Plan, hot)
 	t.tenantWait.Record(ctx, wait, s.recByOutc[d.Outcome]...)
 	switch d.Outcome {
 	case pool.Acquired:

@@ -66,8 +66,10 @@ func ByPlan() Cardinality { return Cardinality{by: byPlan} }
 // at each collection from the Gate's stats, so it needs ObservePool or
 // ObserveGate. In the gauges it is exact: at most n+1 series per collection.
 // The counters and histograms label a tenant that was among the n busiest at
-// the last collection, until limit tenants have had a label there; after
-// that, newcomers count as "other" in them (the gauges still name them).
+// the last collection, or that is refused or waits in its own queue (so a
+// burst between two collections is named by its tenant), and keep a label
+// once given, until limit tenants have had a label there; after that,
+// newcomers count as "other" in them (the gauges still name them).
 // Bound: n+1 gauge series, limit+1 counter and histogram series.
 // n <= 0 means 10; limit below n means n.
 func TopTenants(n, limit int) Cardinality {
@@ -154,7 +156,11 @@ func newLabeler(card Cardinality, base []attribute.KeyValue) *labeler {
 }
 
 // forTenant returns the series a measurement for tenant on plan goes to.
-func (l *labeler) forTenant(tenant, plan string) *series {
+// hot marks a measurement of the tenant's own pressure (a refusal, a wait
+// in its own queue): under TopTenants it earns the tenant a label, within
+// the budget, even if it was not among the busiest at the last collection,
+// so that a burst between two collections is the tenant's, not "other"'s.
+func (l *labeler) forTenant(tenant, plan string, hot bool) *series {
 	switch l.card.by {
 	case byPlan:
 		if plan == "" {
@@ -167,11 +173,10 @@ func (l *labeler) forTenant(tenant, plan string) *series {
 		s, _ := l.sets.LoadOrStore(plan, newSeries(l.key, strings.Clone(plan), l.base))
 		return s.(*series)
 	case byTopTenants:
-		top := l.top.Load()
-		if top == nil {
-			return l.other
+		if s, ok := l.sets.Load(tenant); ok {
+			return s.(*series) // a label, once given, is kept: its series exist for good anyway
 		}
-		if _, ok := (*top)[tenant]; !ok {
+		if !hot && !l.inTop(tenant) {
 			return l.other
 		}
 	}
@@ -182,6 +187,16 @@ func (l *labeler) forTenant(tenant, plan string) *series {
 		return l.other
 	}
 	return l.admit(tenant)
+}
+
+// inTop reports whether tenant was among the busiest at the last collection.
+func (l *labeler) inTop(tenant string) bool {
+	top := l.top.Load()
+	if top == nil {
+		return false
+	}
+	_, ok := (*top)[tenant]
+	return ok
 }
 
 // admit gives tenant a label of its own if the budget allows.
@@ -222,7 +237,7 @@ func (l *labeler) collect(stats []pool.TenantStat) []gaugePoint {
 		idx := make(map[*series]int)
 		for i := range stats {
 			st := &stats[i]
-			s := l.forTenant(st.Tenant, st.Plan)
+			s := l.forTenant(st.Tenant, st.Plan, false)
 			if s == l.other {
 				other.inUse += int64(st.InUse)
 				other.waiting += int64(st.Waiting)

@@ -91,7 +91,7 @@ func (w *leakWatch) report() {
 		LeakThresholdKey.Float64(threshold.Seconds()),
 		semconv.CodeStacktrace(stack),
 	))
-	w.t.tenantLeaks.Add(w.ctx, 1, w.t.labels.forTenant(w.tenant, w.plan).add...)
+	w.t.tenantLeaks.Add(w.ctx, 1, w.t.labels.forTenant(w.tenant, w.plan, true).add...)
 }
 
 // release runs when the permit is released. If the permit was reported, it

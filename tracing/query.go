@@ -173,7 +173,8 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 	if !spanned && ci == noConnInfo {
 		return ctx // no connection to time the call on
 	}
-	op := ci.operationName(data.SQL)
+	sql := appSQL(data.SQL)
+	op := ci.operationName(sql)
 	if timed {
 		ci.startCall(&ci.queryCall, op)
 	}
@@ -186,7 +187,7 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		attrs = append(attrs, semconv.DBOperationName(op))
 	}
 	if t.cfg.queryText {
-		attrs = append(attrs, semconv.DBQueryText(data.SQL))
+		attrs = append(attrs, semconv.DBQueryText(sql))
 	}
 	attrs = appendTenant(ctx, attrs)
 	return t.startDBSpan(ctx, querySpanKey{}, spanName(op, ci.namespace), attrs)
@@ -205,9 +206,45 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.Tra
 	finishSpan(span, data.Err)
 }
 
+// appSQL is sql without the statement tenantdb puts in front of it under
+// ScopeTransaction (see tenantdb.TrimSessionStatement), or sql itself when
+// that statement is all there is.
+func appSQL(sql string) string {
+	if app := tenantdb.TrimSessionStatement(sql); strings.TrimSpace(app) != "" {
+		return app
+	}
+	return sql
+}
+
+// appQueries is queries without the statements that set a tenant's values
+// (tenantdb.IsSessionStatement), which tenantdb adds to a batch under
+// ScopeTransaction; queries itself when it has none, or only those.
+func appQueries(queries []*pgx.QueuedQuery) []*pgx.QueuedQuery {
+	n := 0
+	for _, q := range queries {
+		if tenantdb.IsSessionStatement(q.SQL) {
+			n++
+		}
+	}
+	if n == 0 || n == len(queries) {
+		return queries
+	}
+	app := make([]*pgx.QueuedQuery, 0, len(queries)-n)
+	for _, q := range queries {
+		if !tenantdb.IsSessionStatement(q.SQL) {
+			app = append(app, q)
+		}
+	}
+	return app
+}
+
 // TraceBatchStart starts a batch span. Its operation is "BATCH" followed by
 // the queries' operation when they all have the same one, and its query
-// text the queries joined by "; ", as the semantic conventions say.
+// text the queries joined by "; ", as the semantic conventions say. The
+// statement that sets the tenant's values under ScopeTransaction is left
+// out: a batch that tenantdb made of it and one statement of the
+// application's (a Query, QueryRow or Exec with arguments) is named, timed
+// and shown as that statement, as the same call is under ScopeSession.
 func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	timed := t.opDuration.Enabled(ctx)
 	if !timed && !t.wantSpan(ctx) {
@@ -217,6 +254,10 @@ func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 	var queries []*pgx.QueuedQuery
 	if data.Batch != nil {
 		queries = data.Batch.QueuedQueries
+	}
+	wrapped := false
+	if app := appQueries(queries); len(app) != len(queries) {
+		queries, wrapped = app, len(app) == 1
 	}
 	op := "BATCH"
 	for i, q := range queries {
@@ -229,6 +270,9 @@ func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		}
 	}
 	op = strings.TrimSpace(op)
+	if wrapped {
+		op = ci.operationName(queries[0].SQL)
+	}
 	if timed {
 		ci.startCall(&ci.batchCall, op)
 	}
@@ -237,7 +281,9 @@ func (t *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 	}
 	attrs := make([]attribute.KeyValue, 0, len(ci.attrs)+4)
 	attrs = append(attrs, ci.attrs...)
-	attrs = append(attrs, semconv.DBOperationName(op))
+	if op != "" {
+		attrs = append(attrs, semconv.DBOperationName(op))
+	}
 	if len(queries) >= 2 {
 		attrs = append(attrs, semconv.DBOperationBatchSize(len(queries)))
 	}

@@ -1,9 +1,11 @@
 package poolhttp
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tenantdb/tenantdb/pool"
@@ -28,9 +30,10 @@ import (
 //     plan's MaxWait (*pool.OverLimitError): 429 Too Many Requests with a
 //     Retry-After header in whole seconds, rounded up from
 //     OverLimitError.RetryAfter, at least 1;
-//   - g is closed (pool.ErrClosed), too many tenants are tracked, the
-//     request's context ended while it waited, or Config.Lookup failed: 503
-//     Service Unavailable.
+//   - g is closed (pool.ErrClosed), too many tenants are tracked, or
+//     Config.Lookup failed: 503 Service Unavailable;
+//   - the request's context ended while it waited: 504 for a deadline, 499
+//     for a client that went away (see HTTPStatus, which maps them all).
 //
 // The wait for a slot is bounded by the plan (MaxWaiting, MaxWait) and by
 // the request's context: net/http cancels it when the client goes away.
@@ -108,28 +111,73 @@ func ClassOf(classOf func(r *http.Request) string) Option {
 	return func(o *options) { o.classOf = classOf }
 }
 
-// WriteError writes the response Middleware gives a request that was not
-// admitted because of err, an error from pool.Gate.Acquire: 429 with
-// Retry-After for an over-limit error, 401 for an invalid tenant, 500 for
-// an unknown class (a route mapped to a class the Gate lacks), 503 for
-// anything else. It returns the status written.
+// StatusClientClosedRequest is the status HTTPStatus gives a request whose
+// client went away (its context was cancelled): 499, nginx's convention.
+// The client never reads it; it is for access logs and metrics.
+const StatusClientClosedRequest = 499
+
+// HTTPStatus is the HTTP status for err, an error from pool.Gate.Acquire
+// (200 for nil). It is the one mapping Middleware and WriteError use:
+//   - *pool.OverLimitError: 429 Too Many Requests (WriteError adds Retry-After);
+//   - pool.ErrNoTenant, pool.ErrInvalidTenant: 401 Unauthorized;
+//   - pool.ErrUnknownClass: 500, a route mapped to a class the Gate lacks;
+//   - pool.ErrLookup (Config.Lookup failed, whatever it wrapped), pool.ErrClosed,
+//     pool.ErrTooManyTenants and anything else: 503 Service Unavailable;
+//   - the request's context ended while it waited (*pool.WaitError, or
+//     ended before it arrived): 504 Gateway Timeout for a deadline,
+//     StatusClientClosedRequest (499) for a cancellation.
+func HTTPStatus(err error) int {
+	var ole *pool.OverLimitError
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &ole):
+		return http.StatusTooManyRequests
+	case errors.Is(err, pool.ErrInvalidTenant), errors.Is(err, pool.ErrNoTenant):
+		return http.StatusUnauthorized
+	case errors.Is(err, pool.ErrUnknownClass):
+		return http.StatusInternalServerError
+	case errors.Is(err, pool.ErrLookup):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return StatusClientClosedRequest
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+// WriteError writes the response for err as HTTPStatus maps it, and returns
+// the status written: 429 with a Retry-After header in whole seconds
+// (RetryAfterSeconds) for an over-limit error, 503 with Retry-After: 1 for
+// pool.ErrTooManyTenants, and a fixed body that holds none of err's text
+// (what Lookup failed with stays on the server).
 func WriteError(w http.ResponseWriter, err error) int {
+	status := HTTPStatus(err)
 	var ole *pool.OverLimitError
 	switch {
 	case errors.As(err, &ole):
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(ole.RetryAfter)))
-		http.Error(w, "too many concurrent requests for this tenant; retry later", http.StatusTooManyRequests)
-		return http.StatusTooManyRequests
-	case errors.Is(err, pool.ErrInvalidTenant):
-		http.Error(w, "invalid tenant", http.StatusUnauthorized)
-		return http.StatusUnauthorized
-	case errors.Is(err, pool.ErrUnknownClass):
-		http.Error(w, "internal server error", http.StatusInternalServerError)
-		return http.StatusInternalServerError
-	default:
-		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
-		return http.StatusServiceUnavailable
+		http.Error(w, "too many concurrent requests for this tenant; retry later", status)
+		return status
+	case errors.Is(err, pool.ErrTooManyTenants):
+		w.Header().Set("Retry-After", "1")
 	}
+	http.Error(w, statusText(status), status)
+	return status
+}
+
+// statusText is http.StatusText, lower-cased, with "client closed request"
+// for StatusClientClosedRequest and "invalid tenant" for 401.
+func statusText(status int) string {
+	switch status {
+	case StatusClientClosedRequest:
+		return "client closed request"
+	case http.StatusUnauthorized:
+		return "invalid tenant"
+	}
+	return strings.ToLower(http.StatusText(status))
 }
 
 // RetryAfterSeconds rounds d up to whole seconds, at least 1, as the HTTP

@@ -67,6 +67,7 @@ type pgBouncerConfig struct {
 	poolMode       string
 	poolSize       int
 	users          map[string]string
+	anyDatabase    bool
 	settings       [][2]string
 	startupTimeout time.Duration
 }
@@ -91,6 +92,13 @@ func WithPoolSize(n int) PgBouncerOption {
 // is always allowed.
 func WithPgBouncerUser(name, password string) PgBouncerOption {
 	return func(c *pgBouncerConfig) { c.users[name] = password }
+}
+
+// WithPgBouncerAnyDatabase adds a "*" entry to [databases], so that
+// PgBouncer serves every database of the server by its own name (as for a
+// database per tenant), not only the Postgres's own.
+func WithPgBouncerAnyDatabase() PgBouncerOption {
+	return func(c *pgBouncerConfig) { c.anyDatabase = true }
 }
 
 // WithPgBouncerSetting adds "name = value" to the [pgbouncer] section, after
@@ -200,7 +208,11 @@ func startPgBouncer(ctx context.Context, bin string, pg *Postgres, cfg pgBouncer
 	}
 
 	var ini strings.Builder
-	fmt.Fprintf(&ini, "[databases]\n%s = host=%s port=%s dbname=%s\n\n", pg.Database, host, port, pg.Database)
+	fmt.Fprintf(&ini, "[databases]\n%s = host=%s port=%s dbname=%s\n", pg.Database, host, port, pg.Database)
+	if cfg.anyDatabase {
+		fmt.Fprintf(&ini, "* = host=%s port=%s\n", host, port)
+	}
+	ini.WriteString("\n")
 	fmt.Fprintf(&ini, "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = %d\nunix_socket_dir =\n", listen)
 	// The auth file holds clear-text passwords, so PgBouncer can answer
 	// the server's SCRAM challenge and check the client's.

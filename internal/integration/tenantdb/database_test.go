@@ -152,6 +152,7 @@ func TestDatabasePerTenant(t *testing.T) {
 	t.Run("SlowDatabaseHoldsOnlyItsTenant", s.testSlowDatabase)
 	t.Run("DatabasesAreBounded", s.testDatabasesBounded)
 	t.Run("NoisyTenantInAnotherDatabase", s.testNoisyNeighbour)
+	t.Run("BehindPgBouncer", s.testBehindPgBouncer)
 }
 
 // testEveryMethod runs every way to a statement for two tenants and checks

@@ -34,7 +34,8 @@ func (b *logBuffer) count(s string) int {
 // TestPoolerDetected: New's pool warns once through Config.Logger when a
 // Session with ScopeSession runs behind a pooler, and never on a direct
 // connection or with ScopeTransaction; CheckServer reports the pooler,
-// whose limit it cannot see.
+// whose limit it cannot see, and does not call a demand fitting until the
+// pooler's limit is given.
 func TestPoolerDetected(t *testing.T) {
 	bouncer := tenantdbtest.StartPgBouncer(t, sharedPG,
 		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction), tenantdbtest.WithPoolSize(2))
@@ -82,6 +83,25 @@ func TestPoolerDetected(t *testing.T) {
 			}
 			if behind := c.dsn != sharedPG.DSN; s.BehindPooler != behind {
 				t.Errorf("CheckServer: BehindPooler %t, want %t", s.BehindPooler, behind)
+			}
+			// The server takes 297 connections, PgBouncer's pool 2: behind
+			// it, a demand of 4 is unknown until the pooler's limit is
+			// given, and then does not fit.
+			if s.Demand != 4 || s.MaxConnections < s.Demand {
+				t.Fatalf("CheckServer: %+v", s)
+			}
+			if s.BehindPooler {
+				if s.Known() || s.Fits() {
+					t.Errorf("behind PgBouncer without its limit: Known %t, Fits %t; want neither", s.Known(), s.Fits())
+				}
+				if s := s.WithPoolerLimit(2); !s.Known() || s.Fits() {
+					t.Errorf("behind PgBouncer's pool of 2: Known %t, Fits %t; want known, not fitting", s.Known(), s.Fits())
+				}
+				if s := s.WithPoolerLimit(24); !s.Fits() {
+					t.Errorf("behind a pool of 24: %+v does not fit", s)
+				}
+			} else if !s.Known() || !s.Fits() {
+				t.Errorf("direct: Known %t, Fits %t; want both", s.Known(), s.Fits())
 			}
 			assertNothingHeld(t, p)
 		})

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -171,5 +173,61 @@ func TestTopTenantsNamesTheBusiest(t *testing.T) {
 	if got := labels(t, rm, "tenantdb.tenant.connection.use_time", tracing.TenantKey); len(got) != 3 ||
 		!got["big"] || !got["mid"] || !got[tracing.OtherTenants] {
 		t.Errorf("use_time labels %v, want big, mid and other", got)
+	}
+}
+
+// TestTopTenantsNamesABurstBetweenCollections: with the default TopTenants,
+// a tenant that was idle at the last collection and is refused, or queues
+// behind its own cap, before the next one is named in the counters and
+// histograms of that burst, not summed as "other"; a quiet tenant that only
+// got its connections is still "other".
+func TestTopTenantsNamesABurstBetweenCollections(t *testing.T) {
+	e := newEnv(t) // the default cardinality, TopTenants(10, 100)
+	g := newGate(t, e.tr, pool.Config{Capacity: 10,
+		Plans: map[string]pool.Plan{"p": {MaxConns: 1, MaxWaiting: 1, MaxWait: time.Minute}}})
+	stop, err := e.tr.ObserveGate(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx := context.Background()
+	e.collect(t) // a scrape while nothing is busy
+
+	// The burst: noisy is refused 5 times; queued waits behind its own
+	// holder; quiet only takes and returns a connection.
+	noisy := mustAcquire(t, ctx, g, "noisy")
+	for range 5 {
+		if _, err := g.Acquire(ctx, "noisy"); !errors.Is(err, pool.ErrOverLimit) {
+			t.Fatalf("noisy over its cap: %v", err)
+		}
+	}
+	noisy.Release()
+	first := mustAcquire(t, ctx, g, "queued")
+	second := acquireAsync(ctx, g, "queued")
+	tenantdbtest.Eventually(t, probeTimeout, "queued waits", tenantWaiting(g, "queued", 1))
+	first.Release()
+	if r := recv(t, second); r.err != nil {
+		t.Fatal(r.err)
+	} else {
+		r.p.Release()
+	}
+	mustAcquire(t, ctx, g, "quiet").Release()
+
+	rm := e.collect(t) // the next scrape: everyone is idle again
+	rejections := func(tenant string) float64 {
+		var n float64
+		for _, p := range points(t, rm, "tenantdb.tenant.connection.rejections") {
+			if v, _ := p.attrs.Value(tracing.TenantKey); v.AsString() == tenant {
+				n += p.value
+			}
+		}
+		return n
+	}
+	if rejections("noisy") != 5 || rejections(tracing.OtherTenants) != 0 {
+		t.Errorf("rejections: noisy %v, other %v; want 5, 0", rejections("noisy"), rejections(tracing.OtherTenants))
+	}
+	waits := labels(t, rm, "tenantdb.tenant.connection.wait_time", tracing.TenantKey)
+	if !waits["queued"] || !waits["noisy"] || waits["quiet"] {
+		t.Errorf("wait_time labels %v: want noisy and queued named, quiet in other", waits)
 	}
 }
