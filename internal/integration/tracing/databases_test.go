@@ -3,11 +3,13 @@ package tracing_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 	"github.com/tenantdb/tenantdb/tracing"
 )
 
@@ -59,6 +61,15 @@ func TestDatabasePerTenantSpansAndMetrics(t *testing.T) {
 			t.Errorf("no SELECT span of %s", tenant)
 		}
 	}
+	// Each connection is back once the reset at release is done.
+	tenantdbtest.Eventually(t, time.Minute, "both databases' connections are idle", func() bool {
+		for _, db := range p.AppendDatabaseStat(nil) {
+			if db.InUse != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	c, err := p.Acquire(tenantdb.WithTenant(ctx, "acme"))
 	if err != nil {
 		t.Fatal(err)
