@@ -43,7 +43,7 @@ func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
 		}
 		pg = h.db.pg
 	}
-	if h.conn, err = pg.Acquire(ctx); err != nil {
+	if h.conn, err = p.session.acquire(ctx, pg); err != nil {
 		if h.db != nil {
 			id, _ := TenantFrom(ctx)
 			err = h.db.connectError(id, err)

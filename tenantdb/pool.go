@@ -99,6 +99,8 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	}
 	if dbs != nil {
 		dbs.admin.pg = pg
+	} else {
+		session.idle = func() bool { return pg.Stat().IdleConns() > 0 }
 	}
 	p := &Pool{pg: pg, gate: gate, dbs: dbs, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
 	p.warnSizing(cfg)

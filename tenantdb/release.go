@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // resetStatements undo, in one simple-protocol round trip, everything a
@@ -47,6 +48,9 @@ const resetTimeout = 5 * time.Second
 // its pgconn CustomData under stateKey. Only the connection's holder (or
 // pgxpool's hooks, which run while no one holds it) touches it.
 type connState struct {
+	// tenant is the tenant the connection was last handed to ("" for work
+	// on no tenant's behalf).
+	tenant string
 	// values is the ScopeSession statement the session was given last
 	// ("" for none), so a tenant whose values it carries gets none again.
 	values string
@@ -76,13 +80,15 @@ func stateOf(conn *pgconn.PgConn) *connState {
 
 // prepare is the pgxpool PrepareConn hook: it hands conn to the tenant in ctx
 // (no tenant: work on no tenant's behalf, with the defaults). A connection
-// comes back reset at release (see afterRelease), carrying its last
+// usually comes back reset at release (see afterRelease), carrying its last
 // holder's ScopeSession values; it gets the tenant's values, in one round
-// trip, only when it carries others. A connection that reaches a holder
-// dirty (its reset at release was not run) is reset in the same round trip.
-// A reset that fails destroys the connection and pgxpool takes another; a
-// failure of the tenant's own values (a role that does not exist) fails the
-// call and keeps the connection, whose session is left as it was.
+// trip, only when it carries others. One whose reset was left for the next
+// holder (the pool had callers waiting) is reset here, in the same round
+// trip, when it changes tenant; the same tenant gets its own session back.
+// An inline reset is bounded by resetTimeout. A reset that fails destroys
+// the connection and pgxpool takes another; a failure of the tenant's own
+// values (a role that does not exist) fails the call and keeps the
+// connection, whose session is left as it was.
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	st := stateOf(conn.PgConn())
 	tenant, _ := TenantFrom(ctx)
@@ -90,35 +96,41 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 	if err != nil {
 		return true, err // nothing touched the connection: keep it
 	}
-	if !st.dirty && values == st.values {
-		st.dirty = tenant == "" // work on no tenant's behalf has pgx's connection itself
+	reset := st.dirty && st.tenant != tenant
+	if !reset && values == st.values {
+		st.tenant = tenant
+		st.dirty = st.dirty || tenant == "" // work on no tenant's behalf has pgx's connection itself
 		return true, nil
 	}
 	sql := values
-	if st.dirty {
+	if reset {
 		sql = resetStatements
 		if values != "" {
 			sql += "; " + values
 		}
 	}
-	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	bounded, cancel := context.WithTimeout(ctx, resetTimeout)
+	defer cancel()
+	results, err := conn.PgConn().Exec(bounded, sql).ReadAll()
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return false, fmt.Errorf("tenantdb: prepare the connection for tenant %q: %w", tenant, ctxErr)
 		}
-		if conn.IsClosed() || st.dirty && len(results) <= statementCount(resetStatements) {
+		if conn.IsClosed() || reset && len(results) <= statementCount(resetStatements) {
 			return false, nil // the reset failed: another connection
 		}
 		// The values failed, and with them the implicit transaction they
 		// ran in: the session is as it was, dirty or not.
 		return true, fmt.Errorf("tenantdb: set the session values of tenant %q: %w", tenant, err)
 	}
-	if st.dirty {
-		if ok := s.readReset(ctx, conn, st, results); !ok {
+	if reset {
+		if ok := s.readReset(bounded, conn, st, results); !ok {
 			return false, nil
 		}
+		st.dirty = false
 	}
-	st.values, st.dirty = values, tenant == ""
+	st.tenant, st.values = tenant, values
+	st.dirty = st.dirty || tenant == ""
 	return true, nil
 }
 
@@ -126,14 +138,20 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 // goroutine of its own before the connection is back in the pool: it resets
 // the session the holder leaves, on the holder's time and off the next
 // tenant's path, and gives it the holder's ScopeSession values again, so
-// that the same tenant's next call needs no round trip. It reports false,
-// and pgxpool destroys the connection, when the reset fails, takes longer
-// than resetTimeout, or finds the session listening (pgx may have buffered
-// a notification for the holder that no reset can take back).
+// that the same tenant's next call needs no round trip. While calls wait
+// for a connection, the reset is left to the next holder (see prepare):
+// one of them takes this connection at once, and needs the reset only if
+// it is another tenant. It reports false, and pgxpool destroys the
+// connection, when the reset fails, takes longer than resetTimeout, or finds
+// the session listening (pgx may have buffered a notification for the
+// holder that no reset can take back).
 func (s *sessionSetup) afterRelease(conn *pgx.Conn) bool {
 	st := stateOf(conn.PgConn())
 	if !st.dirty {
 		return true // no statement ran since its last reset
+	}
+	if s.acquiring.Load() > 0 && s.idle != nil && !s.idle() {
+		return true // reset by the next holder, if another tenant
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
 	defer cancel()
@@ -147,6 +165,13 @@ func (s *sessionSetup) afterRelease(conn *pgx.Conn) bool {
 	}
 	st.dirty = false
 	return true
+}
+
+// acquire acquires a connection of pg, counted in acquiring while it waits.
+func (s *sessionSetup) acquire(ctx context.Context, pg *pgxpool.Pool) (*pgxpool.Conn, error) {
+	s.acquiring.Add(1)
+	defer s.acquiring.Add(-1)
+	return pg.Acquire(ctx)
 }
 
 // readReset reads the report of resetStatements in results. When the

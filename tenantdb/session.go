@@ -119,6 +119,13 @@ type sessionSetup struct {
 
 	probed   atomic.Bool  // whether a connection was checked for a proxy
 	defaults roleDefaults // the login role's defaults, checked on every new connection
+
+	// acquiring counts the Pool's calls waiting for a connection of the
+	// shared pgxpool, and idle reports whether it has an idle one (nil with
+	// Config.Database): while calls wait and none is idle, a release leaves
+	// the reset to the next holder (see afterRelease).
+	acquiring atomic.Int32
+	idle      func() bool
 }
 
 // values returns the SQL expressions that set tenant's values, local to the
