@@ -20,7 +20,9 @@ import (
 // reported, so that the list does not outlive its reasons.
 var byDesign = map[string]string{
 	"TestPoolAcquireCanceledDuringStalledPing": "its fake server (pgmock) expects exactly pgxpool's messages on a new " +
-		"connection; tenantdb's AfterConnect checks the role's defaults in one more round trip (roledefaults.go)",
+		"connection and leaves the first query after startup, pgxpool's ping, unanswered; on tenantdb that query is " +
+		"the check of the role's defaults in AfterConnect (roledefaults.go), so the cancelled acquire ends while " +
+		"connecting, with no connection acquired, not during the ping",
 }
 
 // byDesignRotating are the pgx tests that fail by design only when tenants
