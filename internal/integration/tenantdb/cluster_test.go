@@ -162,7 +162,12 @@ func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, flo
 	for _, c := range children {
 		c.send("go")
 	}
-	time.Sleep(floodFor) // the scenario's length, not a synchronisation
+	// The scenario's length, and at least 100 samples of it: a busy machine
+	// samples more slowly.
+	flooding := time.Now()
+	eventually(t, "the flood ran its length, watched by 100 samples", func() bool {
+		return time.Since(flooding) >= floodFor && sampler.samples() >= 100
+	})
 	maxActive, samples := int64(sampler.stop()), sampler.samples()
 	for _, c := range children {
 		c.send("stop")
