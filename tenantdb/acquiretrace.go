@@ -64,12 +64,12 @@ func (t *acquireTrace) start(ctx context.Context, pg *pgxpool.Pool) (context.Con
 	}
 }
 
-// hold is holdConn traced by the user's AcquireTracer.
-func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
+// hold is holdConn traced by the user's AcquireTracer. As in pgxpool, a
+// panic in a hook ends the trace too, with neither connection nor error.
+func (p *Pool) hold(ctx context.Context) (_ context.Context, h held, err error) {
 	ctx, end := p.acquireTrace.start(ctx, p.pg)
-	ctx, h, err := p.holdConn(ctx)
-	end(h.conn, err)
-	return ctx, h, err
+	defer func() { end(h.conn, err) }()
+	return p.holdConn(ctx)
 }
 
 // markedAcquire is the user's AcquireTracer as pgxpool calls it: unchanged
