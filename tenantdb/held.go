@@ -19,11 +19,11 @@ type held struct {
 	db     *dbUse // the tenant's database with Config.Database, else nil
 }
 
-// hold admits the tenant in ctx and acquires a shared connection for it.
+// holdConn admits the tenant in ctx and acquires a shared connection for it.
 // ctx governs both waits. The returned context is ctx, cancelled with
 // ErrRevoked if the cluster lease is revoked: the work runs under it. On
 // every failure, and on a panic in a hook, nothing stays held.
-func (p *Pool) hold(ctx context.Context) (context.Context, held, error) {
+func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 	permit, err := p.admit(ctx)
 	if err != nil {
 		return ctx, held{}, err

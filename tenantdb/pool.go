@@ -34,6 +34,9 @@ type Pool struct {
 
 	typicalActive int // Config.TypicalActiveTenants, for Sizing
 
+	cfg          *pgxpool.Config // a copy of the user's, for Config
+	acquireTrace *acquireTrace   // the user's pgx AcquireTracer, or nil
+
 	closeOnce sync.Once
 	stop      chan struct{}
 	swept     sync.WaitGroup
@@ -48,6 +51,9 @@ type Pool struct {
 func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error) {
 	if pgxCfg == nil {
 		return nil, errors.New("tenantdb: nil pgxpool.Config: build one with pgxpool.ParseConfig")
+	}
+	if pgxCfg.ConnConfig == nil {
+		panic("config must be created by ParseConfig") // pgxpool.NewWithConfig's own panic
 	}
 	if err := validateSession(cfg.Session, pgxCfg.ConnConfig.DefaultQueryExecMode); err != nil {
 		return nil, fmt.Errorf("tenantdb: %w", err)
@@ -68,7 +74,9 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if err != nil {
 		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
 	}
+	userCfg := pgxCfg.Copy()
 	pgxCfg = pgxCfg.Copy()
+	acquireTrace := hookAcquireTracer(pgxCfg.ConnConfig)
 	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
 		if own := pgxCfg.ConnConfig.Tracer; own != nil {
 			pgxCfg.ConnConfig.Tracer = chainTracers(own, qt)
@@ -102,7 +110,8 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	} else {
 		session.idle = func() bool { return pg.Stat().IdleConns() > 0 }
 	}
-	p := &Pool{pg: pg, gate: gate, dbs: dbs, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants}
+	p := &Pool{pg: pg, gate: gate, dbs: dbs, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants,
+		cfg: userCfg, acquireTrace: acquireTrace}
 	p.warnSizing(cfg)
 	p.swept.Add(1)
 	go p.sweepIdle(max(idleTTL/2, time.Millisecond))
@@ -181,12 +190,16 @@ func (p *Pool) Ping(ctx context.Context) error {
 		h.release(&err)
 		return err
 	}
+	ctx, end := p.acquireTrace.start(ctx, p.pg) // pgxpool's acquire in Ping ends it
 	permit, err := p.admit(ctx)
 	if err != nil {
+		end(nil, err)
 		return err
 	}
 	defer permit.Release()
-	return p.pg.Ping(ctx)
+	err = p.pg.Ping(ctx)
+	end(nil, err) // only if pgxpool's acquire did not
+	return err
 }
 
 // AcquireAllIdle acquires every idle connection of the shared pool at once,
@@ -221,8 +234,10 @@ func (p *Pool) Pgxpool() *pgxpool.Pool { return p.pg }
 // not the Gate.
 func (p *Pool) Gate() *pool.Gate { return p.gate }
 
-// Config returns a copy of the pgxpool's configuration.
-func (p *Pool) Config() *pgxpool.Config { return p.pg.Config() }
+// Config returns a copy of the pgxpool.Config the Pool was created from, as
+// pgxpool.Pool.Config does: without tenantdb's hooks and tracers, so that a
+// pool created from it does not stack them.
+func (p *Pool) Config() *pgxpool.Config { return p.cfg.Copy() }
 
 // Reset closes every connection in the shared pool, as pgxpool.Pool.Reset;
 // with Config.Database, in every database's.

@@ -57,6 +57,9 @@ func startActivitySampler(t *testing.T, marker string) *activitySampler {
 // current is the latest count.
 func (s *activitySampler) current() int { return int(s.now.Load()) }
 
+// peak is the most active backends seen at once so far.
+func (s *activitySampler) peak() int { return int(s.max.Load()) }
+
 // samples is how many counts were taken.
 func (s *activitySampler) samples() int64 { return s.nsamples.Load() }
 

@@ -141,9 +141,10 @@ func clusterTag() string {
 
 // clusterFloodPhase runs three flood children: each measures the quiet tenant
 // alone, then floods the noisy tenant (three times its cap in flight) for
-// floodFor while it measures the quiet one again. The sampler watches the
-// noisy tenant's active backends across all of them.
-func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, floodFor time.Duration) (maxActive int64, res []clusterChildResult) {
+// floodFor (and until shown holds for the peak so far) while it measures the
+// quiet one again. The sampler watches the noisy tenant's active backends
+// across all of them.
+func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, floodFor time.Duration, shown func(peak int) bool) (maxActive int64, res []clusterChildResult) {
 	t.Helper()
 	tag := clusterTag()
 	on := "0"
@@ -162,7 +163,12 @@ func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, flo
 	for _, c := range children {
 		c.send("go")
 	}
-	time.Sleep(floodFor) // the scenario's length, not a synchronisation
+	// The scenario's length, at least 100 samples of it and the peak it is
+	// there to show: a busy machine samples, and fills slots, more slowly.
+	flooding := time.Now()
+	eventually(t, "the flood ran its length, watched by 100 samples, and showed its peak", func() bool {
+		return time.Since(flooding) >= floodFor && sampler.samples() >= 100 && shown(sampler.peak())
+	})
 	maxActive, samples := int64(sampler.stop()), sampler.samples()
 	for _, c := range children {
 		c.send("stop")
@@ -193,12 +199,12 @@ func TestClusterThreeProcessesShareCap(t *testing.T) {
 	prefix := "cluster-" + clusterTag()
 	const floodFor = 3 * time.Second
 
-	maxOff, _ := clusterFloodPhase(t, r.Addr, prefix, false, floodFor)
+	maxOff, _ := clusterFloodPhase(t, r.Addr, prefix, false, floodFor, func(peak int) bool { return peak > clusterNoisyCap })
 	if maxOff <= clusterNoisyCap {
 		t.Errorf("without the limiter at most %d noisy backends: the test does not show what the limiter prevents", maxOff)
 	}
 
-	maxOn, res := clusterFloodPhase(t, r.Addr, prefix, true, floodFor)
+	maxOn, res := clusterFloodPhase(t, r.Addr, prefix, true, floodFor, func(peak int) bool { return peak >= clusterNoisyCap-1 })
 	if maxOn > clusterNoisyCap {
 		t.Errorf("with the limiter %d noisy backends were active at once, above the cluster cap %d", maxOn, clusterNoisyCap)
 	}

@@ -107,10 +107,29 @@ type partitionRun struct {
 }
 
 const (
-	partitionCap  = 4
-	partitionTTL  = time.Second
-	partitionHold = 4 * time.Second // the cut process's queries
+	partitionCap = 4
+	partitionTTL = time.Second
 )
+
+// holdLock holds a session advisory lock on a connection of its own (no
+// pool's), so that queries waiting for it (pg_advisory_xact_lock_shared) stay
+// active in PostgreSQL until the test has seen what it waits for: their
+// length is what the test observes, not a guess of how long a busy machine
+// needs. unlock is idempotent.
+func holdLock(t *testing.T, key int64) (unlock func()) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), sharedPG.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), "select pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() { once.Do(func() { _ = conn.Close(context.Background()) }) } // ending the session frees the lock
+	t.Cleanup(unlock)
+	return unlock
+}
 
 func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr string, cut func(), firstPath int) partitionRun {
 	tag := clusterTag()
@@ -133,7 +152,11 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 	_, p2 := newSide(redisAddr)
 
 	sampler := startActivitySampler(t, tag)
-	holdSQL := fmt.Sprintf("select pg_sleep(%g) /* partition tag=%s */", partitionHold.Seconds(), tag)
+	// The cut process's queries last until the test unlocks: FailClosed must
+	// revoke them before, FailOpen lets them run on while the others take the cap.
+	key := time.Now().UnixNano()
+	unlock := holdLock(t, key)
+	holdSQL := fmt.Sprintf("select pg_advisory_xact_lock_shared(%d) /* partition tag=%s */", key, tag)
 	errs := make(chan error, partitionCap)
 	// Each of the cap's queries through another path (from firstPath on),
 	// all of which the revocation must stop.
@@ -196,6 +219,14 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 			})
 		}
 	}
+	if mode == redislimit.FailOpen {
+		// Redis expires the cut process's leases and the others take the cap
+		// while its queries run on: twice the cap at once.
+		eventually(t, "the others take the cap beside the cut process's queries", func() bool {
+			return sampler.peak() >= 2*partitionCap
+		})
+		unlock()
+	}
 	var run partitionRun
 	for range partitionCap {
 		select {
@@ -205,6 +236,7 @@ func runPartition(t *testing.T, mode redislimit.Mode, redisAddr string, cutAddr 
 			t.Fatal("the cut process's queries did not end")
 		}
 	}
+	unlock()
 	// The others take the slots once Redis expires the cut process's
 	// leases; flood a while longer to see them hold the cap.
 	n := served.Load()
