@@ -13,13 +13,13 @@ import (
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
-// TestHandoverRecreatesPgxStatements: a change of tenant drops every
-// prepared statement, and the wire re-creates pgx's own on their next use,
-// in the same round trip. Over many turns between two tenants on one
-// connection, with single queries, batches and a transaction, each call
-// answers its own tenant, the server never holds a statement prepared by
-// SQL after the turn, and pgx's cache keeps working (its statement exists,
-// made by the protocol, not by SQL).
+// TestHandoverRecreatesPgxStatements: pgx's statements stay across a change
+// of tenant, and a statement a tenant prepared from SQL makes the reset at
+// release drop them all (pgx's caches too), so pgx prepares its own again.
+// Over many turns between two tenants on one connection, with single
+// queries, batches and a transaction, each call answers its own tenant, the
+// server never holds a statement prepared by SQL after the turn, and pgx's
+// cache keeps working (its statement exists, made by the protocol).
 func TestHandoverRecreatesPgxStatements(t *testing.T) {
 	setupSessionState(t)
 	for _, withSession := range []bool{false, true} {
