@@ -1,0 +1,156 @@
+// Command isocheck is tenantdb's isolation checker: several tenants run a
+// seeded random workload, hostile SQL included, over few connections in every
+// configuration a user can choose, and after every operation the server is
+// asked where the statement ran, as whom, with which values and what it saw.
+// It starts PostgreSQL (and PgBouncer, Redis) itself:
+//
+//	go run ./internal/integration/isocheck -duration 30m -seed 1
+//
+// A violation prints the seed, the configuration and a shortened sequence of
+// operations that still fails; the last line counts operations, faults,
+// hostile statements and violations, and the exit status is 1 on any violation.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	duration time.Duration // in total, split between the configurations
+	seed     uint64
+	config   string // one configuration's name, or "all"
+	faults   bool
+	shrink   time.Duration // the most time spent shortening each failure
+}
+
+// totals are what the last line reports.
+type totals struct {
+	ops, faults, hostiles, violations int64
+	configs                           int
+}
+
+func main() {
+	var o options
+	flag.DurationVar(&o.duration, "duration", time.Minute, "how long to run, split between the configurations")
+	flag.Uint64Var(&o.seed, "seed", 0, "the seed (0: a fresh one, printed)")
+	flag.StringVar(&o.config, "config", "all", "one configuration, or all")
+	flag.BoolVar(&o.faults, "faults", true, "end random backends of the pool from an admin connection")
+	flag.DurationVar(&o.shrink, "shrink", 3*time.Minute, "the most time spent shortening each failure")
+	list := flag.Bool("list", false, "list the configurations and the hostile statements, and exit")
+	flag.Parse()
+	if *list {
+		for _, c := range configs {
+			fmt.Println("config", c.name)
+		}
+		for _, h := range catalog {
+			fmt.Println("hostile", h.name)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	t, err := check(ctx, o, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "isocheck:", err)
+		os.Exit(2)
+	}
+	if t.violations > 0 {
+		os.Exit(1)
+	}
+}
+
+// check runs the checker with o and writes its report to out; its last line
+// is the totals.
+func check(ctx context.Context, o options, out io.Writer) (t totals, err error) {
+	if o.seed == 0 {
+		o.seed = rand.Uint64()
+	}
+	var chosen []config
+	for _, c := range configs {
+		if o.config == "all" || o.config == c.name {
+			chosen = append(chosen, c)
+		}
+	}
+	if len(chosen) == 0 {
+		return t, fmt.Errorf("no configuration %q (see -list)", o.config)
+	}
+	needPooler, needRedis := false, false
+	for _, c := range chosen {
+		needPooler = needPooler || c.pooler
+		needRedis = needRedis || c.cluster
+	}
+	fmt.Fprintf(out, "isocheck: seed %d, %d configurations, %v\n", o.seed, len(chosen), o.duration)
+	defer func() {
+		fmt.Fprintf(out, "isocheck: seed %d: %d operations, %d faults, %d hostile statements in %d configurations: %d violations\n",
+			o.seed, t.ops, t.faults, t.hostiles, t.configs, t.violations)
+	}()
+	e, err := startEnv(ctx, needPooler, needRedis, func(f string, a ...any) { fmt.Fprintf(out, "isocheck: "+f+"\n", a...) })
+	if err != nil {
+		return t, err
+	}
+	defer e.close()
+	each := o.duration / time.Duration(len(chosen))
+	for i, c := range chosen {
+		if ctx.Err() != nil {
+			break
+		}
+		if c.pooler && e.bouncer == nil || c.cluster && e.redisAddr == "" {
+			fmt.Fprintf(out, "isocheck: %s: skipped, its server could not be had\n", c.name)
+			continue
+		}
+		seed := o.seed + uint64(i)*1_000_003
+		r := rand.New(rand.NewPCG(seed, 7))
+		ro := runOptions{seed: seed, maxConns: 2 + r.IntN(3), workers: numTenants + 2, duration: each, faults: o.faults}
+		start := time.Now()
+		rc, err := runOnce(ctx, e, c, ro)
+		if err != nil {
+			return t, fmt.Errorf("%s: %w", c.name, err)
+		}
+		t.configs++
+		t.ops += rc.ops.Load()
+		t.faults += rc.faults.Load()
+		t.hostiles += rc.hostiles.Load()
+		vs := rc.sortedViolations()
+		t.violations += int64(len(vs))
+		fmt.Fprintf(out, "isocheck: %s (seed %d, MaxConns %d): %d operations, %d faults, %d hostile statements, %d violations in %v\n",
+			c.name, seed, ro.maxConns, rc.ops.Load(), rc.faults.Load(), rc.hostiles.Load(), len(vs), time.Since(start).Round(time.Millisecond))
+		if len(vs) == 0 {
+			continue
+		}
+		for j, v := range vs {
+			if j == 10 {
+				fmt.Fprintf(out, "  ... and %d more\n", len(vs)-10)
+				break
+			}
+			if v.op != "" {
+				fmt.Fprintf(out, "  VIOLATION after op %d (%s): %s\n", v.seq, v.op, v.msg)
+			} else {
+				fmt.Fprintf(out, "  VIOLATION: %s\n", v.msg)
+			}
+		}
+		if o.shrink > 0 {
+			short, ok := shrink(ctx, e, c, ro, rc, o.shrink, out)
+			if ok {
+				fmt.Fprintf(out, "  shortened to %d ops that still fail (config %s, seed %d, MaxConns %d):\n", len(short), c.name, seed, ro.maxConns)
+			} else {
+				fmt.Fprintf(out, "  did not reproduce in a replay (timing); the %d ops run before it (config %s, seed %d, MaxConns %d):\n", len(short), c.name, seed, ro.maxConns)
+			}
+			for j, x := range short {
+				if j == 40 {
+					fmt.Fprintf(out, "    ... %d more\n", len(short)-40)
+					break
+				}
+				fmt.Fprintf(out, "    %s\n", x)
+			}
+		}
+	}
+	return t, nil
+}
