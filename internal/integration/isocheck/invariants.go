@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -257,6 +258,33 @@ func (rc *runCtx) audit(ctx context.Context) {
 			if tg != tag(t) {
 				rc.violate(-1, fmt.Sprintf("tenant %s's row was written as %s", t, usr))
 			}
+		}
+	}
+}
+
+// auditDatabases checks, with a database per tenant, that every row of the
+// run in a tenant's database is that tenant's.
+func (rc *runCtx) auditDatabases(ctx context.Context) {
+	if !rc.cfg.database {
+		return
+	}
+	for _, t := range rc.env.tenants {
+		cfg, err := pgx.ParseConfig(rc.env.pg.DSN)
+		if err != nil {
+			return
+		}
+		cfg.Database = tenantDatabase(t)
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			rc.violate(-1, "audit: "+err.Error())
+			continue
+		}
+		var others string
+		err = c.QueryRow(ctx, "select coalesce(string_agg(distinct tenant, ','), '') from items where n = $1 and tenant <> $2",
+			rc.runID, t).Scan(&others)
+		c.Close(ctx)
+		if err == nil && others != "" {
+			rc.violate(-1, fmt.Sprintf("rows of tenants %s landed in %s's database", others, t))
 		}
 	}
 }

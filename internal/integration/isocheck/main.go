@@ -29,6 +29,7 @@ type options struct {
 	config   string // one configuration's name, or "all"
 	faults   bool
 	shrink   time.Duration // the most time spent shortening each failure
+	noModes  bool          // put no pgx options among the probe's arguments
 }
 
 // totals are what the last line reports.
@@ -44,6 +45,7 @@ func main() {
 	flag.StringVar(&o.config, "config", "all", "one configuration, or all")
 	flag.BoolVar(&o.faults, "faults", true, "end random backends of the pool from an admin connection")
 	flag.DurationVar(&o.shrink, "shrink", 3*time.Minute, "the most time spent shortening each failure")
+	flag.BoolVar(&o.noModes, "no-options", false, "put no pgx per-query options among the arguments (to look past issue 51's 8)")
 	list := flag.Bool("list", false, "list the configurations and the hostile statements, and exit")
 	flag.Parse()
 	if *list {
@@ -67,13 +69,49 @@ func main() {
 	}
 }
 
-// check runs the checker with o and writes its report to out; its last line
-// is the totals.
+// check starts the servers, runs the checker with o and writes its report
+// to out; its last line is the totals.
 func check(ctx context.Context, o options, out io.Writer) (t totals, err error) {
+	chosen, err := choose(o.config)
+	if err != nil {
+		return t, err
+	}
+	needPooler, needRedis := false, false
+	for _, c := range chosen {
+		needPooler = needPooler || c.pooler
+		needRedis = needRedis || c.cluster
+	}
+	e, err := startEnv(ctx, needPooler, needRedis, func(f string, a ...any) { fmt.Fprintf(out, "isocheck: "+f+"\n", a...) })
+	if err != nil {
+		return t, err
+	}
+	defer e.close()
+	return checkOn(ctx, e, o, out)
+}
+
+// choose returns the configuration named name, or all of them for "all".
+func choose(name string) ([]config, error) {
+	var chosen []config
+	for _, c := range configs {
+		if name == "all" || name == c.name {
+			chosen = append(chosen, c)
+		}
+	}
+	if len(chosen) == 0 {
+		return nil, fmt.Errorf("no configuration %q (see -list)", name)
+	}
+	return chosen, nil
+}
+
+// checkOn runs the checker with o on the servers of e.
+func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, err error) {
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
 	}
-	var chosen []config
+	chosen, err := choose(o.config)
+	if err != nil {
+		return t, err
+	}
 	for _, c := range configs {
 		if o.config == "all" || o.config == c.name {
 			chosen = append(chosen, c)
@@ -82,21 +120,6 @@ func check(ctx context.Context, o options, out io.Writer) (t totals, err error) 
 	if len(chosen) == 0 {
 		return t, fmt.Errorf("no configuration %q (see -list)", o.config)
 	}
-	needPooler, needRedis := false, false
-	for _, c := range chosen {
-		needPooler = needPooler || c.pooler
-		needRedis = needRedis || c.cluster
-	}
-	fmt.Fprintf(out, "isocheck: seed %d, %d configurations, %v\n", o.seed, len(chosen), o.duration)
-	defer func() {
-		fmt.Fprintf(out, "isocheck: seed %d: %d operations, %d faults, %d hostile statements in %d configurations: %d violations\n",
-			o.seed, t.ops, t.faults, t.hostiles, t.configs, t.violations)
-	}()
-	e, err := startEnv(ctx, needPooler, needRedis, func(f string, a ...any) { fmt.Fprintf(out, "isocheck: "+f+"\n", a...) })
-	if err != nil {
-		return t, err
-	}
-	defer e.close()
 	each := o.duration / time.Duration(len(chosen))
 	for i, c := range chosen {
 		if ctx.Err() != nil {
@@ -108,7 +131,7 @@ func check(ctx context.Context, o options, out io.Writer) (t totals, err error) 
 		}
 		seed := o.seed + uint64(i)*1_000_003
 		r := rand.New(rand.NewPCG(seed, 7))
-		ro := runOptions{seed: seed, maxConns: 2 + r.IntN(3), workers: numTenants + 2, duration: each, faults: o.faults}
+		ro := runOptions{seed: seed, maxConns: 2 + r.IntN(3), workers: numTenants + 2, duration: each, faults: o.faults, noModes: o.noModes}
 		start := time.Now()
 		rc, err := runOnce(ctx, e, c, ro)
 		if err != nil {

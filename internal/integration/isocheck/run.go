@@ -158,6 +158,7 @@ type runOptions struct {
 	workers  int
 	duration time.Duration
 	faults   bool
+	noModes  bool
 	// plan, when set, replays these ops per worker instead of drawing new ones.
 	plan [][]op
 	// stopOnViolation ends the run at its first violation.
@@ -222,6 +223,9 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 						return
 					}
 					next = genOp(r, c, w)
+					if o.noModes {
+						next.mode = 0
+					}
 				}
 				seq := rc.seq.Add(1)
 				rc.mu.Lock()
@@ -246,6 +250,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	bg.Wait()
 	rc.checkNothingHeld()
 	rc.audit(context.Background())
+	rc.auditDatabases(context.Background())
 	rc.db.Close()
 	closePool()
 	return rc, nil
