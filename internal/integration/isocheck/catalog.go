@@ -29,6 +29,10 @@ type hostile struct {
 	// notInTx: the statement cannot run inside a transaction block; under
 	// ScopeTransaction its failure (25001) is its own.
 	notInTx bool
+	// endsSession marks a leftover that ends the session later on its own:
+	// as with a backend the checker kills, the calls that meet the dead
+	// connection within seconds may fail (or retry; in the tenant's database).
+	endsSession bool
 }
 
 // catalog is every hostile statement the workload draws from.
@@ -60,6 +64,7 @@ var catalog = []hostile{
 	{name: "alter-role-read-only", sql: "alter role current_user set default_transaction_read_only = on", roleDefaults: true},
 	{name: "alter-role-in-database", sql: "alter role current_user in database {otherdb} set search_path = {tag}, public", roleDefaults: true},
 	{name: "alter-role-in-database-read-only", sql: "alter role current_user in database {otherdb} set default_transaction_read_only = on", roleDefaults: true},
+	{name: "idle_session_timeout-tiny", sql: "set idle_session_timeout = 100", endsSession: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
 	{name: "sleep-long", sql: "select pg_sleep(1.5)"},
 	{name: "error-in-statement", sql: "select 1/0"},

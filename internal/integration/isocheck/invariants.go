@@ -153,6 +153,9 @@ func (rc *runCtx) judgeErr(ctx context.Context, tenant string, err error, hostil
 		if h.name == "terminate-own-backend" {
 			return ""
 		}
+		if h.notInTx && errors.Is(err, tenantdb.ErrCannotRunInTransaction) {
+			return ""
+		}
 		if isPg && hostileOwn && pgErr.Code != "26000" && pgErr.Code != "08P01" {
 			return ""
 		}

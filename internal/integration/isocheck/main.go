@@ -57,6 +57,10 @@ func main() {
 		}
 		return
 	}
+	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !set {
+		// Ryuk's image needs a registry; the checker removes its containers itself.
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	t, err := check(ctx, o, os.Stdout)
@@ -154,9 +158,9 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 				break
 			}
 			if v.op != "" {
-				fmt.Fprintf(out, "  VIOLATION after op %d (%s): %s\n", v.seq, v.op, v.msg)
+				fmt.Fprintf(out, "  VIOLATION at %v after op %d (%s): %s\n", v.at.Round(time.Millisecond), v.seq, v.op, v.msg)
 			} else {
-				fmt.Fprintf(out, "  VIOLATION: %s\n", v.msg)
+				fmt.Fprintf(out, "  VIOLATION at %v: %s\n", v.at.Round(time.Millisecond), v.msg)
 			}
 		}
 		if o.shrink > 0 {

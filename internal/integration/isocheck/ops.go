@@ -152,6 +152,9 @@ func (rc *runCtx) exec(o op) []string {
 			for _, s := range h.sticky {
 				rc.markSticky(tenant, s)
 			}
+			if h.endsSession {
+				rc.faultUntil(time.Now().Add(3 * time.Second))
+			}
 			if h.roleDefaults {
 				rc.markRoleDefaults()
 			}

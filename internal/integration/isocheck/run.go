@@ -24,6 +24,7 @@ type violation struct {
 	seq int64
 	op  string
 	msg string
+	at  time.Duration // since the run started
 }
 
 // runCtx is one run of one configuration on a fresh Pool.
@@ -35,9 +36,11 @@ type runCtx struct {
 	db        *sql.DB
 	adminPool *pgxpool.Pool
 	runID     int
+	started   time.Time
 
 	seq, ops, hostiles, faults atomic.Int64
-	lastFault                  atomic.Int64 // unix nanos of the last fault's end
+	lastFault                  atomic.Int64 // unix nanos: errors of ops running until then may be a fault's
+	faulting                   atomic.Bool  // a fault is under way
 
 	mu          sync.Mutex
 	violations  []violation
@@ -56,7 +59,7 @@ func (rc *runCtx) violateOp(seq int64, o string, msg string) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if len(rc.violations) < 100 {
-		rc.violations = append(rc.violations, violation{seq: seq, op: o, msg: msg})
+		rc.violations = append(rc.violations, violation{seq: seq, op: o, msg: msg, at: time.Since(rc.started)})
 	}
 }
 
@@ -117,13 +120,14 @@ func (rc *runCtx) afterOp() {
 		rc.adminPool.Exec(bg, b.String())
 		// A connection whose session started with the hostile defaults but
 		// whose check ran after the undo above cannot tell: end those.
-		rc.lastFault.Store(time.Now().Add(time.Hour).UnixNano())
+		rc.faulting.Store(true)
 		rc.mu.Lock()
 		rc.undoRaces = append(rc.undoRaces, [2]time.Time{from, time.Now()})
 		rc.mu.Unlock()
 		rc.adminPool.Exec(bg, `select pg_terminate_backend(pid) from pg_stat_activity
 			where usename = $1 and backend_start >= $2`, loginRole, from)
-		rc.lastFault.Store(time.Now().Add(2 * time.Second).UnixNano())
+		rc.faultUntil(time.Now().Add(2 * time.Second))
+		rc.faulting.Store(false)
 	}
 }
 
@@ -148,7 +152,18 @@ func (rc *runCtx) inUndoRace(ms string) bool {
 
 // faultSince reports whether a fault of the checker's own happened since t.
 func (rc *runCtx) faultSince(t time.Time) bool {
-	return rc.lastFault.Load() >= t.UnixNano()
+	return rc.faulting.Load() || rc.lastFault.Load() >= t.UnixNano()
+}
+
+// faultUntil excuses the errors of ops that run until t (a fault's effects
+// may take that long to meet a statement).
+func (rc *runCtx) faultUntil(t time.Time) {
+	for {
+		old := rc.lastFault.Load()
+		if old >= t.UnixNano() || rc.lastFault.CompareAndSwap(old, t.UnixNano()) {
+			return
+		}
+	}
 }
 
 // runOptions say how long and how hard one run goes.
@@ -185,7 +200,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
 	rc := &runCtx{ctx: ctx, cfg: c, env: e, pool: p, adminPool: adminPool,
-		runID: int(runIDs.Add(1)) + int(time.Now().Unix()%100000)*1000, stickyState: map[string]map[string]bool{}}
+		runID: int(runIDs.Add(1)) + int(time.Now().Unix()%100000)*1000, stickyState: map[string]map[string]bool{}, started: time.Now()}
 	rc.db = tenantsql.OpenDB(p)
 
 	limit := o.maxConns
@@ -232,8 +247,12 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 				rc.executed = append(rc.executed, next)
 				rc.seqOf = append(rc.seqOf, seq)
 				rc.mu.Unlock()
+				opStart := time.Now()
 				bad := rc.exec(next)
 				rc.ops.Add(1)
+				if d := time.Since(opStart); d > 45*time.Second {
+					bad = append(bad, fmt.Sprintf("the operation took %v; its contexts allow 40 s", d.Round(time.Millisecond)))
+				}
 				for _, m := range bad {
 					rc.violateOp(seq, next.String(), m)
 				}
@@ -267,12 +286,13 @@ func (rc *runCtx) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 			return
 		case <-time.After(time.Duration(500+r.IntN(2000)) * time.Millisecond):
 		}
-		rc.lastFault.Store(time.Now().Add(time.Hour).UnixNano()) // in progress
+		rc.faulting.Store(true)
 		var n int
 		err := rc.adminPool.QueryRow(ctx, `select count(pg_terminate_backend(pid)) from
 			(select pid from pg_stat_activity where usename = $1 and backend_type = 'client backend'
 			 order by random() limit 1) s`, loginRole).Scan(&n)
-		rc.lastFault.Store(time.Now().Add(2 * time.Second).UnixNano())
+		rc.faultUntil(time.Now().Add(2 * time.Second))
+		rc.faulting.Store(false)
 		if err == nil && n > 0 {
 			rc.faults.Add(1)
 		}

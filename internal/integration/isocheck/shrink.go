@@ -37,7 +37,9 @@ func shrink(ctx context.Context, e *env, c config, o runOptions, failed *runCtx,
 				ro.plan[x.worker] = append(ro.plan[x.worker], x)
 			}
 			ro.stopOnViolation = true
-			rc, err := runOnce(ctx, e, c, ro)
+			rctx, cancel := context.WithDeadline(ctx, end)
+			rc, err := runOnce(rctx, e, c, ro)
+			cancel()
 			if err != nil {
 				fmt.Fprintf(out, "shrink: replay: %v\n", err)
 				return false
