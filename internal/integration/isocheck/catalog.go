@@ -66,7 +66,7 @@ var catalog = []hostile{
 	{name: "alter-role-in-database-read-only", sql: "alter role current_user in database {otherdb} set default_transaction_read_only = on", roleDefaults: true},
 	{name: "idle_session_timeout-tiny", sql: "set idle_session_timeout = 100", endsSession: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
-	{name: "sleep-long", sql: "select pg_sleep(1.5)"},
+	{name: "sleep-long", sql: "select pg_sleep(3)"},
 	{name: "error-in-statement", sql: "select 1/0"},
 	{name: "syntax-error", sql: "selec 1"},
 	{name: "vacuum", sql: "vacuum marker", notInTx: true},

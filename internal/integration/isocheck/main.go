@@ -116,14 +116,11 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 	if err != nil {
 		return t, err
 	}
-	for _, c := range configs {
-		if o.config == "all" || o.config == c.name {
-			chosen = append(chosen, c)
-		}
-	}
-	if len(chosen) == 0 {
-		return t, fmt.Errorf("no configuration %q (see -list)", o.config)
-	}
+	fmt.Fprintf(out, "isocheck: seed %d, %d configurations, %v\n", o.seed, len(chosen), o.duration)
+	defer func() {
+		fmt.Fprintf(out, "isocheck: seed %d: %d operations, %d faults, %d hostile statements in %d configurations: %d violations\n",
+			o.seed, t.ops, t.faults, t.hostiles, t.configs, t.violations)
+	}()
 	each := o.duration / time.Duration(len(chosen))
 	for i, c := range chosen {
 		if ctx.Err() != nil {
