@@ -30,6 +30,7 @@ type config struct {
 	pooler     bool // behind PgBouncer in transaction mode
 	adaptive   bool // Config.Adaptive
 	cluster    bool // Config.Cluster: the Redis limiter
+	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
 }
 
 // configs lists every configuration, in the order -config all runs them.
@@ -46,6 +47,8 @@ var configs = []config{
 	{name: "database-tx", scope: tenantdb.ScopeTransaction, database: true, setting: true},
 	{name: "classes", scope: tenantdb.ScopeSession, setting: true, classes: true},
 	{name: "pgbouncer-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, role: true, pooler: true},
+	{name: "session-proxy", scope: tenantdb.ScopeSession, setting: true, proxied: true},
+	{name: "tx-proxy", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, proxied: true},
 	{name: "adaptive", scope: tenantdb.ScopeSession, setting: true, adaptive: true},
 	{name: "cluster", scope: tenantdb.ScopeSession, setting: true, cluster: true},
 }
@@ -116,6 +119,14 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 			return nil, nil, errNoPooler
 		}
 		dsn = e.bouncer.DSNFor(loginRole, loginPass)
+	}
+	if c.proxied {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		u.Host = e.proxy.addr()
+		dsn = u.String()
 	}
 	if c.database {
 		// connect_timeout bounds a wait for room in the budget (issue 51, 7).

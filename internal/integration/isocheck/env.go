@@ -28,6 +28,7 @@ type env struct {
 	appDSN      string    // the login role of the pools
 	templateDB  string
 	defaultPath string // the login role's default search_path, normalized
+	proxy       *proxy
 	tenants     []string
 	stopped     []func()
 }
@@ -57,6 +58,13 @@ func startEnv(ctx context.Context, needPooler, needRedis bool, logf func(string,
 		e.close()
 		return nil, fmt.Errorf("isocheck: setup: %w", err)
 	}
+	px, err := startProxy(pg.Addr, 1)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.proxy = px
+	e.stopped = append(e.stopped, px.close)
 	u, _ := url.Parse(pg.DSN)
 	u.User = url.UserPassword(loginRole, loginPass)
 	e.appDSN = u.String()

@@ -211,6 +211,13 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	sctx, sstop := context.WithCancel(ctx)
 	bg.Add(1)
 	go (&sampler{rc: rc, admin: adminPool, limit: limit}).run(sctx, &bg)
+	if o.faults && c.proxied {
+		e.proxy.setRun(func() {
+			rc.faults.Add(1)
+			rc.faultUntil(time.Now().Add(2 * time.Second))
+		})
+		defer e.proxy.setRun(nil)
+	}
 	if o.faults {
 		bg.Add(1)
 		go rc.faultLoop(sctx, &bg, rand.New(rand.NewPCG(o.seed, 1<<40)))
