@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 )
 
 // hostile is one statement a tenant's own SQL may send to leave something
@@ -33,6 +34,10 @@ type hostile struct {
 	// as with a backend the checker kills, the calls that meet the dead
 	// connection within seconds may fail (or retry; in the tenant's database).
 	endsSession bool
+	// cut bounds the statement's context: a long statement whose deadline
+	// ends it early, so that its cancel request must go out (and reach the
+	// server) while the budget is in use.
+	cut time.Duration
 }
 
 // catalog is every hostile statement the workload draws from.
@@ -67,6 +72,7 @@ var catalog = []hostile{
 	{name: "idle_session_timeout-tiny", sql: "set idle_session_timeout = 100", endsSession: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
 	{name: "sleep-long", sql: "select pg_sleep(3)"},
+	{name: "sleep-cut", sql: "select pg_sleep(20)", cut: 300 * time.Millisecond},
 	{name: "error-in-statement", sql: "select 1/0"},
 	{name: "syntax-error", sql: "selec 1"},
 	{name: "vacuum", sql: "vacuum marker", notInTx: true},

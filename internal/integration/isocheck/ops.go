@@ -163,7 +163,11 @@ func (rc *runCtx) exec(o op) []string {
 			sqlText = "insert into items (tenant, n) values ($1, $2) returning db, usr"
 			args = []any{tenant, rc.runID}
 		}
-		ctx, cancel := rc.opCtx(o, o.deadline, o.cancel)
+		d, c := o.deadline, o.cancel
+		if h != nil && h.cut > 0 && (d == 0 || d > h.cut) {
+			d, c = h.cut, false
+		}
+		ctx, cancel := rc.opCtx(o, d, c)
 		err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
 		if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
 			bad = append(bad, "first statement: "+m)

@@ -295,9 +295,10 @@ func (rc *runCtx) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 		}
 		rc.faulting.Store(true)
 		var n int
+		// Mostly an idle one: the next holder's first statement meets it.
 		err := rc.adminPool.QueryRow(ctx, `select count(pg_terminate_backend(pid)) from
 			(select pid from pg_stat_activity where usename = $1 and backend_type = 'client backend'
-			 order by random() limit 1) s`, loginRole).Scan(&n)
+			 order by (state = 'idle' and $2) desc, random() limit 1) s`, loginRole, r.IntN(3) > 0).Scan(&n)
 		rc.faultUntil(time.Now().Add(2 * time.Second))
 		rc.faulting.Store(false)
 		if err == nil && n > 0 {
