@@ -114,11 +114,20 @@ var classNames = []string{"", "batch", "report"}
 // budget with Config.Database), and what must be closed after it.
 func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Pool, func(), error) {
 	dsn := e.appDSN
+	closeExtra := func() {}
 	if c.pooler {
-		if e.bouncer == nil {
+		if !e.havePooler {
 			return nil, nil, errNoPooler
 		}
-		dsn = e.bouncer.DSNFor(loginRole, loginPass)
+		// A PgBouncer of the run's own: 1.18 can die of the workload
+		// ("server in bad state"), and a run must not inherit that.
+		b, err := startBouncer(ctx, e)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.bouncer = b
+		closeExtra = func() { b.Terminate() }
+		dsn = b.DSNFor(loginRole, loginPass)
 	}
 	if c.proxied {
 		u, err := url.Parse(dsn)
@@ -169,9 +178,9 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 	if c.adaptive {
 		cfg.Adaptive = pool.Adaptive{Enabled: true, MinConns: 1, ProbeInterval: 200 * time.Millisecond}
 	}
-	closeExtra := func() {}
 	if c.cluster {
 		if e.redisAddr == "" {
+			closeExtra()
 			return nil, nil, errNoRedis
 		}
 		client := redis.NewClient(&redis.Options{Addr: e.redisAddr})
@@ -181,6 +190,7 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 		})
 		if err != nil {
 			client.Close()
+			closeExtra()
 			return nil, nil, err
 		}
 		cfg.Cluster = lim

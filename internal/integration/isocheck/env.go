@@ -21,7 +21,8 @@ var (
 // schemas and databases, PgBouncer and Redis where they can be had.
 type env struct {
 	pg          *tenantdbtest.Postgres
-	bouncer     *tenantdbtest.PgBouncer
+	bouncer     *tenantdbtest.PgBouncer // the pooler run's, while it runs
+	havePooler  bool
 	redis       *tenantdbtest.Redis
 	redisAddr   string
 	admin       *pgx.Conn // superuser, in the template database
@@ -69,10 +70,7 @@ func startEnv(ctx context.Context, needPooler, needRedis bool, logf func(string,
 	u.User = url.UserPassword(loginRole, loginPass)
 	e.appDSN = u.String()
 	if needPooler {
-		b, err := tenantdbtest.RunPgBouncer(ctx, pg,
-			tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
-			tenantdbtest.WithPgBouncerUser(loginRole, loginPass),
-			tenantdbtest.WithPoolSize(3))
+		b, err := startBouncer(ctx, e)
 		switch {
 		case errors.Is(err, tenantdbtest.ErrNoPgBouncer):
 			logf("pgbouncer is not installed: the pooler configurations are skipped")
@@ -80,8 +78,8 @@ func startEnv(ctx context.Context, needPooler, needRedis bool, logf func(string,
 			e.close()
 			return nil, err
 		default:
-			e.bouncer = b
-			e.stopped = append(e.stopped, func() { b.Terminate() })
+			b.Terminate()
+			e.havePooler = true
 		}
 	}
 	if needRedis {
@@ -95,6 +93,15 @@ func startEnv(ctx context.Context, needPooler, needRedis bool, logf func(string,
 		}
 	}
 	return e, nil
+}
+
+// startBouncer runs PgBouncer in transaction mode in front of e's server,
+// with 3 server connections.
+func startBouncer(ctx context.Context, e *env) (*tenantdbtest.PgBouncer, error) {
+	return tenantdbtest.RunPgBouncer(ctx, e.pg,
+		tenantdbtest.WithPoolMode(tenantdbtest.PoolModeTransaction),
+		tenantdbtest.WithPgBouncerUser(loginRole, loginPass),
+		tenantdbtest.WithPoolSize(3))
 }
 
 func (e *env) close() {

@@ -63,6 +63,18 @@ func (r probeResult) fields() [][2]string {
 		{"state", r.stickyVisible}}
 }
 
+// Behind a transaction pooler, what lives in the server connection's session
+// outside any transaction reaches whichever client lands there next, and
+// docs/session-state.md says so (advisory locks, LISTEN, WITH HOLD cursors,
+// named prepared statements, temporary objects, session settings): the
+// pooler configuration checks what the pins promise, not these.
+var (
+	poolerSessionFields = map[string]bool{"prepared": true, "cursors": true, "listen": true,
+		"advisory": true, "temp": true, "state": true}
+	poolerSessionErrors = map[string]bool{"57014": true, "25006": true, "55P03": true, "25P03": true,
+		"26000": true, "42P05": true, "57P05": true}
+)
+
 var tagRE = regexp.MustCompile(`evil_t[0-9]+`)
 
 // checkProbe returns what is wrong with r, the probe of tenant's statement
@@ -79,6 +91,9 @@ func (rc *runCtx) checkProbe(tenant string, nonce int32, r probeResult) []string
 	}
 	own, foreign := false, false
 	for _, f := range r.fields() {
+		if rc.cfg.pooler && poolerSessionFields[f[0]] {
+			continue // documented: no pin reaches the server session (docs/session-state.md)
+		}
 		for _, t := range tagRE.FindAllString(f[1], -1) {
 			if t == tag(tenant) {
 				own = true
@@ -110,7 +125,7 @@ func (rc *runCtx) checkProbe(tenant string, nonce int32, r probeResult) []string
 			bad = append(bad, fmt.Sprintf("marker shows %q, not %q", r.marker, want.marker))
 		}
 	}
-	if r.stickyVisible != "" {
+	if r.stickyVisible != "" && !rc.cfg.pooler {
 		for _, s := range strings.Split(r.stickyVisible, ",") {
 			if !sticky[s] {
 				bad = append(bad, fmt.Sprintf("session state %q that %s never set", s, tenant))
@@ -129,6 +144,32 @@ func (rc *runCtx) judgeErr(ctx context.Context, tenant string, err error, hostil
 	if err == nil {
 		return ""
 	}
+	m := rc.judge(ctx, tenant, err, hostileOwn, h, started)
+	if m == "" && !hostileOwn {
+		rc.countAccepted(err)
+	}
+	return m
+}
+
+// countAccepted counts the accepted errors of non-hostile statements by
+// kind, for the report: a run whose operations mostly fail checks little.
+func (rc *runCtx) countAccepted(err error) {
+	k := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		k = "SQLSTATE " + pgErr.Code
+	} else if len(k) > 160 {
+		k = k[:160]
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.accepted == nil {
+		rc.accepted = map[string]int{}
+	}
+	rc.accepted[k]++
+}
+
+func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOwn bool, h *hostile, started time.Time) string {
 	if errors.Is(err, tenantdb.ErrOverLimit) || errors.Is(err, tenantdb.ErrRoleDefaultsChanged) ||
 		errors.Is(err, tenantdb.ErrTooManyDatabases) || errors.Is(err, tenantdb.ErrRevoked) {
 		return ""
@@ -146,6 +187,9 @@ func (rc *runCtx) judgeErr(ctx context.Context, tenant string, err error, hostil
 	if isPg && rc.sticky(tenant)[pgErr.Code] {
 		return ""
 	}
+	if isPg && rc.cfg.pooler && poolerSessionErrors[pgErr.Code] {
+		return "" // another client's session setting on the server connection: documented
+	}
 	if isPg && pgErr.Code == "25P02" && hostileOwn {
 		return ""
 	}
@@ -160,10 +204,30 @@ func (rc *runCtx) judgeErr(ctx context.Context, tenant string, err error, hostil
 			return ""
 		}
 	}
-	if rc.faultSince(started) {
+	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
 	}
+	if rc.cfg.pooler && strings.Contains(err.Error(), "connection refused") {
+		rc.poolerDied.Store(true) // PgBouncer itself is gone: the run stops, the report says so
+		return ""
+	}
 	return fmt.Sprintf("unexpected error: %v", err)
+}
+
+// connLost reports whether err says the connection or its backend ended,
+// as a fault makes it: not a timeout, which only a context may cause.
+func connLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P01" || pgErr.Code == "57P05" || strings.HasPrefix(pgErr.Code, "08")
+	}
+	m := err.Error()
+	for _, s := range []string{"EOF", "conn closed", "connection reset", "broken pipe", "closed the connection", "closed pool", "conn busy"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // sampler watches the server's count of the pools' backends and the tenants'

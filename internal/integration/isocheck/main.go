@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 )
 
@@ -126,7 +127,7 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		if ctx.Err() != nil {
 			break
 		}
-		if c.pooler && e.bouncer == nil || c.cluster && e.redisAddr == "" {
+		if c.pooler && !e.havePooler || c.cluster && e.redisAddr == "" {
 			fmt.Fprintf(out, "isocheck: %s: skipped, its server could not be had\n", c.name)
 			continue
 		}
@@ -146,6 +147,16 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		t.violations += int64(len(vs))
 		fmt.Fprintf(out, "isocheck: %s (seed %d, MaxConns %d): %d operations, %d faults, %d hostile statements, %d violations in %v\n",
 			c.name, seed, ro.maxConns, rc.ops.Load(), rc.faults.Load(), rc.hostiles.Load(), len(vs), time.Since(start).Round(time.Millisecond))
+		if top := rc.topAccepted(3); top != "" {
+			fmt.Fprintf(out, "  accepted errors%s\n", top)
+		}
+		if rc.poolerDied.Load() {
+			log := rc.poolerLog
+			if i := strings.LastIndex(log, "FATAL"); i >= 0 {
+				log = log[i:]
+			}
+			fmt.Fprintf(out, "  the run stopped early: PgBouncer died (%s)\n", strings.TrimSpace(log[:min(len(log), 200)]))
+		}
 		if len(vs) == 0 {
 			continue
 		}

@@ -41,11 +41,14 @@ type runCtx struct {
 	seq, ops, hostiles, faults atomic.Int64
 	lastFault                  atomic.Int64 // unix nanos: errors of ops running until then may be a fault's
 	faulting                   atomic.Bool  // a fault is under way
+	poolerDied                 atomic.Bool  // PgBouncer refused connections: the run stops
+	poolerLog                  string
 
 	mu          sync.Mutex
 	violations  []violation
 	stickyState map[string]map[string]bool
 	roleDirty   int            // ops left before the checker undoes a hostile ALTER ROLE
+	accepted    map[string]int // accepted errors of non-hostile statements, by kind
 	undoRaces   [][2]time.Time // backends started then may have an undone ALTER ROLE's defaults
 	executed    []op
 	seqOf       []int64
@@ -264,6 +267,10 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 					rc.violateOp(seq, next.String(), m)
 				}
 				rc.afterOp()
+				if rc.poolerDied.Load() {
+					stop()
+					return
+				}
 				if o.stopOnViolation && rc.violationCount() > 0 {
 					stop()
 					return
@@ -278,6 +285,9 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	rc.audit(context.Background())
 	rc.auditDatabases(context.Background())
 	rc.db.Close()
+	if rc.poolerDied.Load() && e.bouncer != nil {
+		rc.poolerLog = e.bouncer.Log()
+	}
 	closePool()
 	return rc, nil
 }
@@ -305,6 +315,29 @@ func (rc *runCtx) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 			rc.faults.Add(1)
 		}
 	}
+}
+
+// topAccepted describes the most frequent accepted errors.
+func (rc *runCtx) topAccepted(n int) string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range rc.accepted {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	var b strings.Builder
+	for i, x := range all {
+		if i == n {
+			break
+		}
+		fmt.Fprintf(&b, "; %d× %s", x.v, x.k)
+	}
+	return b.String()
 }
 
 // sortedViolations returns the run's violations, the earliest op first.
