@@ -31,6 +31,7 @@ type options struct {
 	faults   bool
 	shrink   time.Duration // the most time spent shortening each failure
 	noModes  bool          // put no pgx options among the probe's arguments
+	maxConns int           // MaxConns (the budget); 0: 2 to 4, drawn per configuration
 }
 
 // totals are what the last line reports.
@@ -47,6 +48,7 @@ func main() {
 	flag.BoolVar(&o.faults, "faults", true, "end random backends of the pool from an admin connection")
 	flag.DurationVar(&o.shrink, "shrink", 3*time.Minute, "the most time spent shortening each failure")
 	flag.BoolVar(&o.noModes, "no-options", false, "put no pgx per-query options among the arguments (to look past issue 51's 8)")
+	flag.IntVar(&o.maxConns, "maxconns", 0, "MaxConns, the budget with a database per tenant (0: 2 to 4, drawn)")
 	list := flag.Bool("list", false, "list the configurations and the hostile statements, and exit")
 	flag.Parse()
 	if *list {
@@ -134,6 +136,9 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		seed := o.seed + uint64(i)*1_000_003
 		r := rand.New(rand.NewPCG(seed, 7))
 		ro := runOptions{seed: seed, maxConns: 2 + r.IntN(3), workers: numTenants + 2, duration: each, faults: o.faults, noModes: o.noModes}
+		if o.maxConns > 0 {
+			ro.maxConns = o.maxConns
+		}
 		start := time.Now()
 		rc, err := runOnce(ctx, e, c, ro)
 		if err != nil {
