@@ -179,7 +179,8 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		if o.shrink > 0 {
 			short, ok := shrink(ctx, e, c, ro, rc, o.shrink, out)
 			if ok {
-				fmt.Fprintf(out, "  shortened to %d ops that still fail (config %s, seed %d, MaxConns %d):\n", len(short), c.name, seed, ro.maxConns)
+				fmt.Fprintf(out, "  shortened to %d ops that still fail with %q (config %s, seed %d, MaxConns %d):\n",
+					len(short), violationKind(vs[0].msg), c.name, seed, ro.maxConns)
 			} else {
 				fmt.Fprintf(out, "  did not reproduce in a replay (timing); the %d ops run before it (config %s, seed %d, MaxConns %d):\n", len(short), c.name, seed, ro.maxConns)
 			}

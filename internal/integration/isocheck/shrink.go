@@ -4,14 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 	"time"
 )
+
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// violationKind is a violation's message without its numbers (ports, op
+// numbers, counts): a replay must fail the same way, not just fail.
+func violationKind(msg string) string { return digits.ReplaceAllString(msg, "N") }
 
 // shrink looks for a shorter sequence of ops that still breaks an
 // invariant, delta-debugging style: it replays the ops up to the first
 // violation (and those in flight with it), then without chunks of them,
 // each time in a fresh Pool, and keeps every removal after which a replay
-// still fails. It stops when no chunk can go or budget is spent, and returns
+// still fails the same way (violationKind). It stops when no chunk can go or budget is spent, and returns
 // the shortest failing sequence and whether it reproduced at all.
 func shrink(ctx context.Context, e *env, c config, o runOptions, failed *runCtx, budget time.Duration, out io.Writer) ([]op, bool) {
 	vs := failed.sortedViolations()
@@ -24,6 +31,10 @@ func shrink(ctx context.Context, e *env, c config, o runOptions, failed *runCtx,
 				cand = append(cand, failed.executed[i])
 			}
 		}
+	}
+	want := ""
+	if len(vs) > 0 {
+		want = violationKind(vs[0].msg)
 	}
 	end := time.Now().Add(budget)
 	fails := func(ops []op) bool {
@@ -44,8 +55,10 @@ func shrink(ctx context.Context, e *env, c config, o runOptions, failed *runCtx,
 				fmt.Fprintf(out, "shrink: replay: %v\n", err)
 				return false
 			}
-			if rc.violationCount() > 0 {
-				return true
+			for _, v := range rc.sortedViolations() {
+				if violationKind(v.msg) == want {
+					return true
+				}
 			}
 		}
 		return false
