@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -372,5 +371,3 @@ func (rc *runCtx) probe(ctx context.Context, o op, r *probeResult) error {
 		return rc.pool.QueryRow(ctx, probeSQL, args...).Scan(r.dest()...)
 	}
 }
-
-var _ = sql.ErrNoRows
