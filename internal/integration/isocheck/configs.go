@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenantdb/tenantdb/pool"
+	"github.com/tenantdb/tenantdb/pool/redislimit"
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// config is one way a user can set up a tenantdb.Pool; the checker runs the
+// same random workload under each.
+type config struct {
+	name       string
+	scope      tenantdb.Scope
+	setting    bool // Session.TenantSetting
+	searchPath bool // Session.SearchPath: a schema per tenant
+	role       bool // Session.Role: a role per tenant
+	database   bool // Config.Database: a database per tenant, MaxConns the budget
+	classes    bool // Config.Classes, and ops that name one
+	pooler     bool // behind PgBouncer in transaction mode
+	adaptive   bool // Config.Adaptive
+	cluster    bool // Config.Cluster: the Redis limiter
+	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
+}
+
+// configs lists every configuration, in the order -config all runs them.
+var configs = []config{
+	{name: "session", scope: tenantdb.ScopeSession},
+	{name: "session-setting", scope: tenantdb.ScopeSession, setting: true},
+	{name: "session-searchpath", scope: tenantdb.ScopeSession, searchPath: true},
+	{name: "session-role", scope: tenantdb.ScopeSession, role: true},
+	{name: "session-all", scope: tenantdb.ScopeSession, setting: true, searchPath: true, role: true},
+	{name: "tx", scope: tenantdb.ScopeTransaction},
+	{name: "tx-setting", scope: tenantdb.ScopeTransaction, setting: true},
+	{name: "tx-all", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, role: true},
+	{name: "database-session", scope: tenantdb.ScopeSession, database: true, setting: true},
+	{name: "database-tx", scope: tenantdb.ScopeTransaction, database: true, setting: true},
+	{name: "classes", scope: tenantdb.ScopeSession, setting: true, classes: true},
+	{name: "pgbouncer-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, role: true, pooler: true},
+	{name: "session-proxy", scope: tenantdb.ScopeSession, setting: true, proxied: true},
+	{name: "tx-proxy", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, proxied: true},
+	{name: "adaptive", scope: tenantdb.ScopeSession, setting: true, adaptive: true},
+	{name: "cluster", scope: tenantdb.ScopeSession, setting: true, cluster: true},
+}
+
+func findConfig(name string) (config, bool) {
+	for _, c := range configs {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return config{}, false
+}
+
+// The names the checker gives its objects. A tenant's hostile statements
+// leave values tagged "evil_<tenant>", so that the invariants can tell whose
+// leftover a value is.
+const (
+	loginRole  = "isoapp"
+	loginPass  = "app"
+	appName    = "isocheck"
+	settingKey = "iso.tenant"
+)
+
+func tenantName(i int) string           { return fmt.Sprintf("t%d", i) }
+func tag(tenant string) string          { return "evil_" + tenant }
+func tenantSchema(tenant string) string { return "iso_" + tenant }
+func tenantRole(tenant string) string   { return "iso_role_" + tenant }
+func tenantDatabase(tenant string) string {
+	return "iso_" + tenant
+}
+
+// expected is what a tenant's statement must see in configuration c.
+func (c config) expected(e *env, tenant string) probeResult {
+	r := probeResult{
+		database:   e.templateDB,
+		user:       loginRole,
+		session:    loginRole,
+		setting:    "",
+		searchPath: e.defaultPath,
+		marker:     "public",
+	}
+	if c.database {
+		r.database = tenantDatabase(tenant)
+		r.marker = tenant
+	}
+	if c.role {
+		r.user = tenantRole(tenant)
+	}
+	if c.setting {
+		r.setting = tenant
+	}
+	if c.searchPath {
+		r.searchPath = tenantSchema(tenant) + ",public"
+		r.marker = tenant
+	}
+	return r
+}
+
+// classNames are the classes of the classes configuration; "" is the default.
+var classNames = []string{"", "batch", "report"}
+
+// newPool builds the Pool of configuration c with maxConns connections (the
+// budget with Config.Database), and what must be closed after it.
+func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Pool, func(), error) {
+	dsn := e.appDSN
+	closeExtra := func() {}
+	if c.pooler {
+		if !e.havePooler {
+			return nil, nil, errNoPooler
+		}
+		// A PgBouncer of the run's own: 1.18 can die of the workload
+		// ("server in bad state"), and a run must not inherit that.
+		b, err := startBouncer(ctx, e)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.bouncer = b
+		closeExtra = func() { b.Terminate() }
+		dsn = b.DSNFor(loginRole, loginPass)
+	}
+	if c.proxied {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		u.Host = e.proxy.addr()
+		dsn = u.String()
+	}
+	if c.database {
+		// connect_timeout bounds a wait for room in the budget (issue 51, 7).
+		dsn = withParam(dsn, "connect_timeout", "3")
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	pcfg.MaxConns = int32(maxConns)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
+	if c.scope == tenantdb.ScopeTransaction {
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // as New requires
+	}
+	cfg := tenantdb.Config{
+		Plans: map[string]pool.Plan{"default": {
+			MaxConns: max(1, maxConns-1), MaxWaiting: tenantdb.Unbounded,
+		}},
+		Session: pool.Session{Scope: c.scope},
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+	if c.setting {
+		cfg.Session.TenantSetting = settingKey
+	}
+	if c.searchPath {
+		cfg.Session.SearchPath = func(t string) []string { return []string{tenantSchema(t), "public"} }
+	}
+	if c.role {
+		cfg.Session.Role = tenantRole
+	}
+	if c.database {
+		cfg.Database = func(t string) (string, error) { return tenantDatabase(t), nil }
+	}
+	if c.classes {
+		cfg.Classes = map[string]pool.Class{
+			"batch":  {MaxConns: 1, MaxWaiting: tenantdb.Unbounded},
+			"report": {MaxConns: 1, MaxWaiting: tenantdb.Unbounded, MaxShare: 0.5},
+		}
+	}
+	if c.adaptive {
+		cfg.Adaptive = pool.Adaptive{Enabled: true, MinConns: 1, ProbeInterval: 200 * time.Millisecond}
+	}
+	if c.cluster {
+		if e.redisAddr == "" {
+			closeExtra()
+			return nil, nil, errNoRedis
+		}
+		client := redis.NewClient(&redis.Options{Addr: e.redisAddr})
+		lim, err := redislimit.New(redislimit.Config{
+			Client: client, Prefix: fmt.Sprintf("isocheck:%d:", time.Now().UnixNano()),
+			LeaseTTL: 5 * time.Second, RenewEvery: time.Second,
+		})
+		if err != nil {
+			client.Close()
+			closeExtra()
+			return nil, nil, err
+		}
+		cfg.Cluster = lim
+		closeExtra = func() { lim.Close(); client.Close() }
+	}
+	p, err := tenantdb.New(ctx, pcfg, cfg)
+	if err != nil {
+		closeExtra()
+		return nil, nil, err
+	}
+	return p, func() { p.Close(); closeExtra() }, nil
+}
+
+func withParam(dsn, k, v string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// normPath writes a search_path as a comparable list: no quotes, no spaces,
+// without the pg_temp that ScopeTransaction puts last.
+func normPath(p string) string {
+	p = strings.NewReplacer(`"`, "", " ", "").Replace(p)
+	return strings.TrimSuffix(p, ",pg_temp")
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// fakeRun is a run of configuration c with no server, for the checks that
+// need none.
+func fakeRun(c config) *runCtx {
+	e := &env{templateDB: "app", defaultPath: "$user,public", tenants: []string{"t0", "t1"}}
+	return &runCtx{cfg: c, env: e, stickyState: map[string]map[string]bool{}}
+}
+
+// TestCheckProbe: the probe's judge passes the tenant's own values and its
+// own leftovers, and flags another tenant's leftover in any field, the wrong
+// database, and untagged state the tenant never set.
+func TestCheckProbe(t *testing.T) {
+	c, _ := findConfig("session-all")
+	rc := fakeRun(c)
+	good := c.expected(rc.env, "t0")
+	good.nonce = 7
+	if bad := rc.checkProbe("t0", 7, good); len(bad) != 0 {
+		t.Fatalf("the tenant's own values: %v", bad)
+	}
+	own := good
+	own.searchPath = "evil_t0, public"
+	own.marker = "public"
+	if bad := rc.checkProbe("t0", 7, own); len(bad) != 0 {
+		t.Fatalf("the tenant's own leftover: %v", bad)
+	}
+	cases := map[string]func(r *probeResult){
+		"leftover":  func(r *probeResult) { r.listens = "evil_t1" },
+		"database":  func(r *probeResult) { r.database = "iso_t1" },
+		"role":      func(r *probeResult) { r.user = "isoapp" },
+		"marker":    func(r *probeResult) { r.marker = "public" },
+		"read-only": func(r *probeResult) { r.stickyVisible = "ro" },
+		"nonce":     func(r *probeResult) { r.nonce = 8 },
+	}
+	for name, mutate := range cases {
+		r := good
+		mutate(&r)
+		if bad := rc.checkProbe("t0", 7, r); len(bad) == 0 {
+			t.Errorf("%s: not flagged", name)
+		}
+	}
+	rc.markSticky("t0", "ro")
+	r := good
+	r.stickyVisible = "ro"
+	if bad := rc.checkProbe("t0", 7, r); len(bad) != 0 {
+		t.Errorf("read-only the tenant set itself: %v", bad)
+	}
+}
+
+// TestJudgeErr: the error judge passes documented errors and the context's,
+// and flags a raw network timeout and another statement's SQLSTATE.
+func TestJudgeErr(t *testing.T) {
+	rc := fakeRun(configs[0])
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	live := context.Background()
+	start := time.Now()
+	ok := []struct {
+		ctx context.Context
+		err error
+	}{
+		{live, nil},
+		{live, fmt.Errorf("wrapped: %w", tenantdb.ErrOverLimit)},
+		{ended, fmt.Errorf("timeout: %w", context.Canceled)},
+		{ended, &pgconn.PgError{Code: "57014", Message: "canceling statement due to user request"}},
+	}
+	for _, c := range ok {
+		if m := rc.judgeErr(c.ctx, "t0", c.err, false, nil, start); m != "" {
+			t.Errorf("%v: %s", c.err, m)
+		}
+	}
+	bad := []struct {
+		ctx context.Context
+		err error
+	}{
+		{ended, errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout")},
+		{live, &pgconn.PgError{Code: "26000", Message: "prepared statement does not exist"}},
+		{live, &pgconn.PgError{Code: "08P01", Message: "bind message supplies 2 parameters"}},
+	}
+	for _, c := range bad {
+		if m := rc.judgeErr(c.ctx, "t0", c.err, false, nil, start); !strings.Contains(m, "unexpected") {
+			t.Errorf("%v: not flagged", c.err)
+		}
+	}
+}

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// path is how an operation reaches the server.
+type path int
+
+const (
+	pathExec path = iota
+	pathQuery
+	pathQueryRow
+	pathBatch
+	pathTx
+	pathAcquire
+	pathSQL
+	pathCopy
+	numPaths
+)
+
+var pathNames = [...]string{"Exec", "Query", "QueryRow", "SendBatch", "Begin+savepoint", "Acquire", "tenantsql", "CopyFrom"}
+
+func (p path) String() string { return pathNames[p] }
+
+// modes are pgx's per-query options a call may put among its arguments
+// (nil: none).
+var modes = []any{nil, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec,
+	pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement}
+
+var modeNames = []string{"", "simple", "exec", "describe", "cache-describe", "cache-statement"}
+
+// op is one operation of a tenant: every random choice is made when it is
+// generated, so that a sequence of ops replays the same way.
+type op struct {
+	worker   int
+	tenant   int
+	hostile  int  // index in catalog, -1 for none
+	hPath    path // how the hostile statement (or a write) is sent
+	write    bool // insert a row and check where it landed
+	pPath    path // how the probe is sent
+	mode     int  // index in modes, for the probe
+	class    int  // index in classNames
+	deadline time.Duration
+	cancel   bool // cancel instead of a deadline
+	probeDL  time.Duration
+	nonce    int32
+}
+
+func (o op) String() string {
+	s := fmt.Sprintf("w%d t%d", o.worker, o.tenant)
+	if o.hostile >= 0 {
+		s += fmt.Sprintf(" hostile %s via %s", catalog[o.hostile].name, o.hPath)
+	} else if o.write {
+		s += fmt.Sprintf(" write via %s", o.hPath)
+	}
+	s += fmt.Sprintf(", probe via %s", o.pPath)
+	if o.mode > 0 {
+		s += " mode " + modeNames[o.mode]
+	}
+	if o.class > 0 {
+		s += " class " + classNames[o.class]
+	}
+	if o.deadline > 0 {
+		if o.cancel {
+			s += fmt.Sprintf(", cancel after %v", o.deadline)
+		} else {
+			s += fmt.Sprintf(", deadline %v", o.deadline)
+		}
+	}
+	if o.probeDL > 0 {
+		s += fmt.Sprintf(", probe deadline %v", o.probeDL)
+	}
+	return s
+}
+
+// genOp draws worker's next op.
+func genOp(r *rand.Rand, c config, worker int) op {
+	o := op{worker: worker, tenant: worker % numTenants, hostile: -1, nonce: r.Int32()}
+	switch x := r.IntN(10); {
+	case x < 5:
+		o.hostile = r.IntN(len(catalog))
+	case x < 7:
+		o.write = true
+	}
+	o.hPath = path(r.IntN(int(numPaths)))
+	if o.hostile >= 0 && o.hPath == pathCopy {
+		o.hPath = pathExec
+	}
+	if o.write && o.hPath == pathCopy && r.IntN(2) == 0 {
+		o.hPath = pathQueryRow
+	}
+	o.pPath = []path{pathQuery, pathQueryRow, pathBatch, pathTx, pathAcquire, pathSQL}[r.IntN(6)]
+	if r.IntN(2) == 0 {
+		o.mode = r.IntN(len(modes))
+		if c.pooler && o.mode >= 4 {
+			o.mode = 0 // named statements do not live through a transaction pooler
+		}
+	}
+	if c.classes {
+		o.class = r.IntN(len(classNames))
+	}
+	if r.IntN(4) == 0 {
+		o.deadline = time.Duration(1+r.IntN(300)) * time.Millisecond
+		o.cancel = r.IntN(2) == 0
+	}
+	if r.IntN(8) == 0 {
+		o.probeDL = time.Duration(1+r.IntN(50)) * time.Millisecond
+	}
+	return o
+}
+
+// opCtx is the context of one phase of o: the tenant, the class, and the
+// deadline or cancellation drawn for it; a generous bound otherwise.
+func (rc *runCtx) opCtx(o op, d time.Duration, cancel bool) (context.Context, context.CancelFunc) {
+	ctx := tenantdb.WithTenant(rc.ctx, rc.env.tenants[o.tenant])
+	if o.class > 0 {
+		ctx = tenantdb.WithClass(ctx, classNames[o.class])
+	}
+	if d == 0 {
+		return context.WithTimeout(ctx, 20*time.Second)
+	}
+	if cancel {
+		ctx, c := context.WithCancel(ctx)
+		t := time.AfterFunc(d, c)
+		return ctx, func() { t.Stop(); c() }
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// exec runs o and checks it; it returns the violations found.
+func (rc *runCtx) exec(o op) []string {
+	tenant := rc.env.tenants[o.tenant]
+	var bad []string
+	started := time.Now()
+	if o.hostile >= 0 || o.write {
+		var h *hostile
+		sqlText := ""
+		var args []any
+		if o.hostile >= 0 {
+			h = &catalog[o.hostile]
+			rc.hostiles.Add(1)
+			for _, s := range h.sticky {
+				rc.markSticky(tenant, s)
+			}
+			if h.endsSession {
+				rc.faultUntil(time.Now().Add(3 * time.Second))
+			}
+			if h.roleDefaults {
+				rc.markRoleDefaults()
+			}
+			sqlText = h.render(tenant, o.tenant, tenantDatabase(rc.env.tenants[(o.tenant+1)%numTenants]))
+		} else {
+			sqlText = "insert into items (tenant, n) values ($1, $2) returning db, usr"
+			args = []any{tenant, rc.runID}
+		}
+		d, c := o.deadline, o.cancel
+		if h != nil && h.cut > 0 && (d == 0 || d > h.cut) {
+			d, c = h.cut, false
+		}
+		ctx, cancel := rc.opCtx(o, d, c)
+		err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
+		if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
+			bad = append(bad, "first statement: "+m)
+		}
+		bad = append(bad, extra...)
+		cancel()
+	}
+	ctx, cancel := rc.opCtx(o, o.probeDL, false)
+	defer cancel()
+	var r probeResult
+	err := rc.probe(ctx, o, &r)
+	if m := rc.judgeErr(ctx, tenant, err, false, nil, started); m != "" {
+		bad = append(bad, "probe: "+m)
+	}
+	if err == nil {
+		bad = append(bad, rc.checkProbe(tenant, o.nonce, r)...)
+	}
+	return bad
+}
+
+// send sends one statement (hostile, or a write whose returned db and usr
+// are checked) by path p; the slice holds violations it saw on the way
+// (a released Conn that still works, a write that landed elsewhere).
+func (rc *runCtx) send(ctx context.Context, o op, p path, q string, args []any, write bool) (error, []string) {
+	tenant := rc.env.tenants[o.tenant]
+	var bad []string
+	checkRow := func(db, usr string) {
+		want := rc.cfg.expected(rc.env, tenant)
+		if db != want.database {
+			bad = append(bad, fmt.Sprintf("write landed in database %q, not %q", db, want.database))
+		}
+		for _, t := range tagRE.FindAllString(usr, -1) {
+			if t != tag(tenant) {
+				bad = append(bad, fmt.Sprintf("write ran as %q", usr))
+			}
+		}
+	}
+	row := func(scan func(...any) error) error {
+		if !write {
+			var v any
+			return scan(&v)
+		}
+		var db, usr string
+		err := scan(&db, &usr)
+		if err == nil {
+			checkRow(db, usr)
+		}
+		return err
+	}
+	switch p {
+	case pathExec:
+		_, err := rc.pool.Exec(ctx, q, args...)
+		return err, bad
+	case pathQuery:
+		rows, err := rc.pool.Query(ctx, q, args...)
+		if err != nil {
+			return err, bad
+		}
+		for rows.Next() {
+			if write {
+				var db, usr string
+				if rows.Scan(&db, &usr) == nil {
+					checkRow(db, usr)
+				}
+			}
+		}
+		rows.Close()
+		return rows.Err(), bad
+	case pathQueryRow:
+		err := row(rc.pool.QueryRow(ctx, q, args...).Scan)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		return err, bad
+	case pathBatch:
+		b := &pgx.Batch{}
+		b.Queue(q, args...)
+		br := rc.pool.SendBatch(ctx, b)
+		err := row(br.QueryRow().Scan)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err, bad
+	case pathTx:
+		tx, err := rc.pool.Begin(ctx)
+		if err != nil {
+			return err, bad
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if _, err := tx.Exec(ctx, "savepoint s1"); err != nil {
+			return err, bad
+		}
+		err = row(tx.QueryRow(ctx, q, args...).Scan)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		if err != nil {
+			if _, rerr := tx.Exec(ctx, "rollback to savepoint s1"); rerr != nil {
+				return err, bad
+			}
+		}
+		if cerr := tx.Commit(ctx); err == nil {
+			err = cerr
+		}
+		return err, bad
+	case pathAcquire:
+		c, err := rc.pool.Acquire(ctx)
+		if err != nil {
+			return err, bad
+		}
+		copyOf := c
+		err = row(c.QueryRow(ctx, q, args...).Scan)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		c.Release()
+		if _, uerr := copyOf.Exec(ctx, "select 1"); !errors.Is(uerr, tenantdb.ErrConnReleased) {
+			bad = append(bad, fmt.Sprintf("a copy of a released Conn ran a statement: %v", uerr))
+		}
+		return err, bad
+	case pathSQL:
+		if write {
+			var db, usr string
+			err := rc.db.QueryRowContext(ctx, q, args...).Scan(&db, &usr)
+			if err == nil {
+				checkRow(db, usr)
+			}
+			return err, bad
+		}
+		_, err := rc.db.ExecContext(ctx, q, args...)
+		return err, bad
+	case pathCopy:
+		_, err := rc.pool.CopyFrom(ctx, pgx.Identifier{"items"}, []string{"tenant", "n"},
+			pgx.CopyFromRows([][]any{{tenant, rc.runID}, {tenant, rc.runID}}))
+		return err, bad
+	}
+	return nil, bad
+}
+
+// probe runs the probe by o's probe path, with o's pgx option among its
+// arguments.
+func (rc *runCtx) probe(ctx context.Context, o op, r *probeResult) error {
+	args := []any{o.nonce}
+	if m := modes[o.mode]; m != nil {
+		args = []any{m, o.nonce}
+	}
+	scanOne := func(rows pgx.Rows, err error) error {
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if rows.Err() != nil {
+				return rows.Err()
+			}
+			return pgx.ErrNoRows
+		}
+		if err := rows.Scan(r.dest()...); err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	switch o.pPath {
+	case pathQuery:
+		return scanOne(rc.pool.Query(ctx, probeSQL, args...))
+	case pathBatch:
+		b := &pgx.Batch{}
+		b.Queue(probeSQL, o.nonce)
+		br := rc.pool.SendBatch(ctx, b)
+		err := br.QueryRow().Scan(r.dest()...)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	case pathTx:
+		tx, err := rc.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if _, err := tx.Exec(ctx, "savepoint p1"); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, probeSQL, args...).Scan(r.dest()...); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	case pathAcquire:
+		c, err := rc.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		return c.QueryRow(ctx, probeSQL, args...).Scan(r.dest()...)
+	case pathSQL:
+		return rc.db.QueryRowContext(ctx, probeSQL, o.nonce).Scan(r.dest()...)
+	default:
+		return rc.pool.QueryRow(ctx, probeSQL, args...).Scan(r.dest()...)
+	}
+}
