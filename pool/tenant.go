@@ -27,11 +27,12 @@ type tenant struct {
 	id   string
 	plan *planState // guarded by Gate.mu
 
-	cap       int // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
-	limit     int // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
-	lookupMax int // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
-	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
-	inUse     int // guarded by Gate.mu: permits granted and not released
+	cap       int           // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
+	limit     int           // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
+	lookupMax int           // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
+	lookupTO  time.Duration // guarded by Gate.mu: Lookup's StatementTimeout override, 0 for none
+	reserved  int           // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
+	inUse     int           // guarded by Gate.mu: permits granted and not released
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
@@ -159,4 +160,17 @@ func validateID(id string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// statementTimeout is the statement timeout of t's work of class c: the
+// tenant's (Lookup's, else its plan's), lowered by the class's.
+func (t *tenant) statementTimeout(c *classState) time.Duration {
+	to := t.plan.StatementTimeout
+	if t.lookupTO > 0 {
+		to = t.lookupTO
+	}
+	if c.StatementTimeout > 0 && (to == 0 || c.StatementTimeout < to) {
+		to = c.StatementTimeout
+	}
+	return to
 }

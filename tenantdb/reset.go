@@ -50,6 +50,9 @@ type connState struct {
 	// values is the ScopeSession statement the session was given last
 	// ("" for none), so a tenant whose values it carries gets none again.
 	values string
+	// timed is whether values set a statement_timeout, which another
+	// holder's values must then reset.
+	timed bool
 	// dirty is set while a holder has the connection and until a reset
 	// succeeds: a dirty session is reset before anyone else gets it.
 	dirty bool
@@ -85,7 +88,8 @@ func stateOf(conn *pgx.Conn) *connState {
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	st := stateOf(conn)
 	tenant, _ := TenantFrom(ctx)
-	values, err := s.sessionValues(tenant)
+	timeout := statementTimeoutFrom(ctx)
+	values, err := s.sessionValues(tenant, timeout)
 	if err != nil {
 		return true, err // nothing touched the connection: keep it
 	}
@@ -94,6 +98,14 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 		return true, nil
 	}
 	sql := values
+	if !st.dirty && st.timed && timeout <= 0 {
+		// The last holder's values, which the reset at release gave the
+		// session again, set a statement_timeout that these do not.
+		if sql != "" {
+			sql += "; "
+		}
+		sql += "reset statement_timeout"
+	}
 	if st.dirty {
 		sql = resetStatements
 		if values != "" {
@@ -117,7 +129,7 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 			return false, nil
 		}
 	}
-	st.values, st.dirty = values, true
+	st.values, st.timed, st.dirty = values, timeout > 0 && values != "", true
 	return true, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,13 +24,15 @@ type runner struct {
 	local string
 }
 
-// runner returns the runner of the tenant in ctx on conn.
-func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, error) {
-	if !s.transactional() {
+// runner returns the runner of the tenant in ctx on conn, whose statements
+// run under timeout (when positive) with ScopeTransaction; with
+// ScopeSession, prepare set it on the session.
+func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration) (runner, error) {
+	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(s.cfg) && timeout <= 0 {
 		return runner{conn: conn}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
-	local, err := s.localStatement(tenant, conn.PgConn())
+	local, err := s.localStatement(tenant, conn.PgConn(), timeout)
 	if err != nil {
 		return runner{conn: conn}, err
 	}

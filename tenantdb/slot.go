@@ -100,11 +100,12 @@ func (s *Slot) Release() {
 // Session.SearchPath's or Session.Role's, or says that no connection of the
 // Pool's pgxpool is attached.
 func (s *Slot) LocalSettings() (string, error) {
-	if !s.session.transactional() {
+	timeout := s.permit.StatementTimeout()
+	if s.session.cfg.Scope != ScopeTransaction || !s.session.transactional() && timeout <= 0 {
 		return "", nil
 	}
 	if s.conn == nil {
 		return "", fmt.Errorf("tenantdb: Slot.LocalSettings before Attach")
 	}
-	return s.session.localStatement(s.tenant, s.conn)
+	return s.session.localStatement(s.tenant, s.conn, timeout)
 }
