@@ -61,6 +61,10 @@ type Plan struct {
 	// at no extra round trip; tenantdb fails a statement that exceeds it
 	// with ErrStatementTimeout. Default 0: the server's own setting.
 	StatementTimeout time.Duration
+
+	// Budget, when its Rate is positive, gives each of the plan's tenants
+	// a share of connection-time (see Budget). Default: none, only the cap.
+	Budget Budget
 }
 
 // Tenant is what a Lookup says about one tenant.
@@ -305,6 +309,8 @@ func (p Plan) validate(name string, capacity, maxReserved int) error {
 		return bad("ReservedConns must not be negative, got %d", p.ReservedConns)
 	case p.ReservedConns > p.MaxConns:
 		return bad("ReservedConns %d is above its MaxConns %d", p.ReservedConns, p.MaxConns)
+	case p.Budget.validate() != nil:
+		return bad("%v", p.Budget.validate())
 	case p.StatementTimeout < 0:
 		return bad("StatementTimeout must not be negative, got %v", p.StatementTimeout)
 	case p.ReservedConns > maxReserved:

@@ -36,8 +36,9 @@ type tenant struct {
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
-	wait *contention    // guarded by Gate.mu: nil until the tenant first waits or uses a class
-	ad   *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
+	wait   *contention    // guarded by Gate.mu: nil until the tenant first waits or uses a class
+	ad     *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
+	bucket *bucket        // guarded by Gate.mu: nil until its plan's Budget is first checked
 
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
