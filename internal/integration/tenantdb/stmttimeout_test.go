@@ -72,8 +72,10 @@ func TestStatementTimeout(t *testing.T) {
 				return v
 			}
 
+			began := time.Now()
 			_, err = p.Exec(as("a"), "select pg_sleep(3600)")
 			timedOut("Exec", err)
+			t.Logf("pg_sleep(3600) under a 200 ms StatementTimeout returned after %v", time.Since(began).Round(time.Millisecond))
 
 			// b, on the same connection, runs under the server's timeout and
 			// outlives a's 200 ms.
