@@ -149,7 +149,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			queueRoom += max(0, t.cap-t.held())
 		}
 		if maxWaiting != Unbounded && l.capQ.n >= queueRoom && !isRunnerRequest(ctx) {
-			err := g.overLimitLocked(l, 0)
+			err := g.refusalLocked(l, 0)
 			g.countLocked(t, l, class, Rejected)
 			g.mu.Unlock()
 			d.Outcome = Rejected
@@ -252,7 +252,7 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 				}
 			}
 			if w.expired {
-				g.failLocked(w, TimedOut, g.overLimitLocked(w.l, g.nowLocked()-w.enqueued))
+				g.failLocked(w, TimedOut, g.refusalLocked(w.l, g.nowLocked()-w.enqueued))
 				continue
 			}
 		}
@@ -414,22 +414,29 @@ func (g *Gate) countLocked(t *tenant, l *lane, c *classState, o Outcome) {
 func (g *Gate) overLimitLocked(l *lane, waited int64) *OverLimitError {
 	t := l.t
 	e := &OverLimitError{Tenant: t.id, Limit: t.cap, RetryAfter: g.retryAfterLocked(l), Waited: time.Duration(waited)}
-	if t.plan.Budget.Rate > 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap {
-		// Its caps had room: the budget refused it.
-		now := g.nowLocked()
-		e.Cause = CauseBudget
-		e.RetryAfter = min(max(g.budgetWaitLocked(t, pendingSlots(t), now), time.Millisecond), g.cfg.MaxRetryAfter)
-		if t.bucket != nil {
-			t.bucket.refused++
-		}
-		return e
-	}
 	if l.class.index != 0 {
 		e.Class = l.class.name
 		if limit := g.laneLimitLocked(l); l.held() >= limit {
 			e.Limit = limit
 		}
 	}
+	return e
+}
+
+// refusalLocked is the error for a request of lane l refused in the tenant
+// stage after waiting waited ns (0 when refused on arrival): the budget's
+// when the lane's and the tenant's caps had room, else overLimitLocked's.
+func (g *Gate) refusalLocked(l *lane, waited int64) *OverLimitError {
+	t := l.t
+	if t.plan.Budget.Rate == 0 || l.held() >= g.laneLimitLocked(l) || t.held() >= t.cap {
+		return g.overLimitLocked(l, waited)
+	}
+	e := &OverLimitError{Tenant: t.id, Limit: t.cap, Waited: time.Duration(waited), Cause: CauseBudget,
+		RetryAfter: min(max(g.budgetWaitLocked(t, pendingSlots(t), g.nowLocked()), time.Millisecond), g.cfg.MaxRetryAfter)}
+	if l.class.index != 0 {
+		e.Class = l.class.name
+	}
+	t.bucket.refused++ // budgetWaitLocked made it
 	return e
 }
 

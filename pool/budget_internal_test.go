@@ -98,3 +98,21 @@ type result struct {
 	p   Permit
 	err error
 }
+
+// TestBudgetMaxWait: a request that waits out its plan's MaxWait for the
+// budget is refused for the budget (CauseBudget, TimedOut, OverBudget).
+func TestBudgetMaxWait(t *testing.T) {
+	g, _ := newTestGate(t, Config{Capacity: 10, Plans: map[string]Plan{
+		"metered": {MaxConns: 5, MaxWaiting: 1, MaxWait: 5 * time.Millisecond, Budget: Budget{Rate: 1, Burst: time.Second}},
+	}})
+	p := acquire(t, g, "a")
+	defer p.Release()
+	_, err := g.Acquire(context.Background(), "a")
+	var ol *OverLimitError
+	if !errors.As(err, &ol) || ol.Cause != CauseBudget || !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("waited out MaxWait for the budget: %v, want a budget refusal", err)
+	}
+	if s, _ := g.TenantStat("a"); s.TimedOut != 1 || s.OverBudget != 1 || s.Rejected != 0 {
+		t.Fatalf("TimedOut %d, OverBudget %d, Rejected %d; want 1, 1, 0", s.TimedOut, s.OverBudget, s.Rejected)
+	}
+}
