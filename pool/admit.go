@@ -71,8 +71,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		d.Class = class.name
 	}
 	var now int64
-	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
-		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
+	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled || g.budgets.Load() {
+		now = g.clock() // Lookup answers expire; traced, adaptive and budgeted permits are all timed
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -110,13 +110,13 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		}
 	}
 
-	if g.cfg.Cluster == nil && g.fastLocked(t, l, class) {
+	if g.cfg.Cluster == nil && g.fastLocked(t, l, class, now) {
 		// The fast path. Hold time is measured on one permit in 16 (all
 		// when traced, adaptive or with a Lookup, which read the clock
 		// anyway), because reading the clock costs more than the rest of
 		// this path.
 		g.takeLocked(t, class)
-		p := g.newPermitLocked(t, class)
+		p := g.newPermitLocked(t, class, now)
 		g.countLocked(t, l, class, Acquired)
 		g.sampleTick++
 		sample := g.sampleTick%holdSampleEvery == 0
@@ -136,7 +136,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if l == nil {
 		l = &t.contended(g.classes).lanes[0]
 	}
-	withinLimit := l.capQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap
+	withinLimit := l.capQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.budgetAllowsLocked(t, pendingSlots(t), now)
 	if !withinLimit {
 		// Decided before anything is allocated or the clock read: a tenant
 		// flooding past its cap is exactly when rejections must be cheap.
@@ -149,7 +149,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 			queueRoom += max(0, t.cap-t.held())
 		}
 		if maxWaiting != Unbounded && l.capQ.n >= queueRoom && !isRunnerRequest(ctx) {
-			err := g.overLimitLocked(l, 0)
+			err := g.refusalLocked(l, 0)
 			g.countLocked(t, l, class, Rejected)
 			g.mu.Unlock()
 			d.Outcome = Rejected
@@ -208,11 +208,12 @@ func (g *Gate) endedOnArrival(id string, ctxErr error, d *TraceAcquireEndData) e
 // free slot, and grantableLocked lets it pass. l is nil for the default
 // class of a tenant with no contention state, which holds only permits of
 // that class.
-func (g *Gate) fastLocked(t *tenant, l *lane, c *classState) bool {
+func (g *Gate) fastLocked(t *tenant, l *lane, c *classState, now int64) bool {
 	if l == nil {
-		return t.inUse < t.limit && g.grantableLocked(t, c)
+		return t.inUse < t.limit && g.grantableLocked(t, c) && g.budgetAllowsLocked(t, 0, now)
 	}
-	return l.capQ.n+l.globalQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.grantableLocked(t, c)
+	return l.capQ.n+l.globalQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.grantableLocked(t, c) &&
+		g.budgetAllowsLocked(t, pendingSlots(t), now)
 }
 
 // admitLocked is the admission loop: each turn acts on the stage w is in,
@@ -225,6 +226,13 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 		}
 	}()
 	var timeout <-chan time.Time
+	var budgetTimer *time.Timer // armed while w waits in capQ for its tenant's budget only
+	defer func() {
+		if budgetTimer != nil {
+			budgetTimer.Stop()
+		}
+	}()
+	var refilled <-chan time.Time
 	var ctxErr error       // ctx's error as last read, outside the lock
 	var waitedIn waitStage // the stage w was last seen waiting in
 	for w.stage != stageDone {
@@ -244,17 +252,31 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 				}
 			}
 			if w.expired {
-				g.failLocked(w, TimedOut, g.overLimitLocked(w.l, g.nowLocked()-w.enqueued))
+				g.failLocked(w, TimedOut, g.refusalLocked(w.l, g.nowLocked()-w.enqueued))
 				continue
 			}
 		}
+		if w.stage == stageCap && refilled == nil && w.t.plan.Budget.Rate > 0 {
+			// Nothing is released when a budget refills: w's goroutine
+			// looks again when it allows the next request.
+			if d := g.budgetWaitLocked(w.t, pendingSlots(w.t), g.nowLocked()); d > 0 {
+				if budgetTimer == nil {
+					budgetTimer = time.NewTimer(d)
+				} else {
+					budgetTimer.Reset(d)
+				}
+				refilled = budgetTimer.C
+			}
+		}
 		g.mu.Unlock()
-		fired := false
+		fired, refill := false, false
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 		case <-timeout:
 			fired, timeout = true, nil
+		case <-refilled:
+			refill, refilled = true, nil
 		}
 		ctxErr = ctx.Err()
 		g.mu.Lock()
@@ -269,6 +291,9 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 			// tenant slot and waits on: MaxWait bounds only the wait for
 			// the cap, unless a cut sends it back there.
 			w.expired = true
+		case refill:
+			g.promoteLocked(w.t)
+			g.dispatchLocked()
 		case wakeIgnoredHook != nil:
 			g.mu.Unlock()
 			wakeIgnoredHook()
@@ -359,7 +384,7 @@ func (g *Gate) takeLocked(t *tenant, c *classState) {
 
 // grantWaiterLocked hands a permit, already counted by takeLocked, to w.
 func (g *Gate) grantWaiterLocked(w *waiter, now int64) {
-	p := g.newPermitLocked(w.t, w.l.class)
+	p := g.newPermitLocked(w.t, w.l.class, now)
 	p.s.start, p.s.weight = now, 1
 	g.heldLocked(w.t, w.l.class, now)
 	p.s.lease, w.lease = w.lease, nil
@@ -395,6 +420,23 @@ func (g *Gate) overLimitLocked(l *lane, waited int64) *OverLimitError {
 			e.Limit = limit
 		}
 	}
+	return e
+}
+
+// refusalLocked is the error for a request of lane l refused in the tenant
+// stage after waiting waited ns (0 when refused on arrival): the budget's
+// when the lane's and the tenant's caps had room, else overLimitLocked's.
+func (g *Gate) refusalLocked(l *lane, waited int64) *OverLimitError {
+	t := l.t
+	if t.plan.Budget.Rate == 0 || l.held() >= g.laneLimitLocked(l) || t.held() >= t.cap {
+		return g.overLimitLocked(l, waited)
+	}
+	e := &OverLimitError{Tenant: t.id, Limit: t.cap, Waited: time.Duration(waited), Cause: CauseBudget,
+		RetryAfter: min(max(g.budgetWaitLocked(t, pendingSlots(t), g.nowLocked()), time.Millisecond), g.cfg.MaxRetryAfter)}
+	if l.class.index != 0 {
+		e.Class = l.class.name
+	}
+	t.bucket.refused++ // budgetWaitLocked made it
 	return e
 }
 

@@ -69,6 +69,11 @@ type Class struct {
 	// It keeps nothing idle: it only orders who gets a released permit.
 	// Default 0.1; at least one permit; at most MaxShare.
 	MinShare float64
+
+	// StatementTimeout, when positive, bounds each statement of the class's
+	// work on the server, below its tenant's (Plan.StatementTimeout): the
+	// smaller of the two applies. Default 0: the tenant's.
+	StatementTimeout time.Duration
 }
 
 // classState is a class in force in a Gate. Gate.classes[0] is the default
@@ -180,6 +185,8 @@ func newClasses(cfg *Config) ([]*classState, error) {
 			return nil, bad("MaxWaiting must be 0 or more, or Unbounded, got %d", c.MaxWaiting)
 		case c.MaxWait < 0:
 			return nil, bad("MaxWait must not be negative, got %v", c.MaxWait)
+		case c.StatementTimeout < 0:
+			return nil, bad("StatementTimeout must not be negative, got %v", c.StatementTimeout)
 		case !(c.MaxShare > 0 && c.MaxShare <= 1):
 			return nil, bad("MaxShare must be above 0 and at most 1, got %v", c.MaxShare)
 		case !(c.MinShare > 0 && c.MinShare <= c.MaxShare):

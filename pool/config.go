@@ -55,6 +55,16 @@ type Plan struct {
 	// class fits plans of every size. Each from 1 to MaxConns. Default nil:
 	// every class's own MaxConns, which must then fit in MaxConns.
 	ClassConns map[string]int
+
+	// StatementTimeout bounds each statement of the plan's tenants on the
+	// server (PostgreSQL's statement_timeout), set with the tenant's values
+	// at no extra round trip; tenantdb fails a statement that exceeds it
+	// with ErrStatementTimeout. Default 0: the server's own setting.
+	StatementTimeout time.Duration
+
+	// Budget, when its Rate is positive, gives each of the plan's tenants
+	// a share of connection-time (see Budget). Default: none, only the cap.
+	Budget Budget
 }
 
 // Tenant is what a Lookup says about one tenant.
@@ -64,6 +74,9 @@ type Tenant struct {
 	// MaxConns, when positive, overrides the plan's MaxConns for this tenant.
 	// It must not exceed Config.Capacity. 0 means the plan's.
 	MaxConns int
+	// StatementTimeout, when positive, overrides the plan's
+	// StatementTimeout for this tenant. 0 means the plan's.
+	StatementTimeout time.Duration
 }
 
 // Config configures a Gate, and a tenantdb.Pool, whose tenantdb.Config is
@@ -296,6 +309,10 @@ func (p Plan) validate(name string, capacity, maxReserved int) error {
 		return bad("ReservedConns must not be negative, got %d", p.ReservedConns)
 	case p.ReservedConns > p.MaxConns:
 		return bad("ReservedConns %d is above its MaxConns %d", p.ReservedConns, p.MaxConns)
+	case p.Budget.validate() != nil:
+		return bad("%v", p.Budget.validate())
+	case p.StatementTimeout < 0:
+		return bad("StatementTimeout must not be negative, got %v", p.StatementTimeout)
 	case p.ReservedConns > maxReserved:
 		return bad("ReservedConns %d is above MaxReserved %d (capacity %d)", p.ReservedConns, maxReserved, capacity)
 	}

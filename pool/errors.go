@@ -12,6 +12,11 @@ var (
 	// without getting a slot. Callers usually turn it into HTTP 429.
 	ErrOverLimit = errors.New("tenant over its connection limit")
 
+	// ErrOverBudget is matched, besides ErrOverLimit, by an [*OverLimitError]
+	// whose Cause is CauseBudget: the tenant spent its plan's share of
+	// connection-time (Plan.Budget).
+	ErrOverBudget = errors.New("tenant over its connection-time budget")
+
 	// ErrClosed is returned by Acquire after Close, and to requests that were
 	// still waiting when Close was called.
 	ErrClosed = errors.New("pool: closed")
@@ -80,12 +85,30 @@ type OverLimitError struct {
 	// was refused: zero when it was rejected at once, about Plan.MaxWait when
 	// the wait ran out.
 	Waited time.Duration
+	// Cause is what refused it: CauseCap (its cap or queue) or CauseBudget
+	// (its plan's Budget of connection-time, with room under its cap).
+	Cause LimitCause
 }
+
+// LimitCause says what refused a request (OverLimitError.Cause).
+type LimitCause uint8
+
+const (
+	// CauseCap: the tenant (or its class) was at its cap and its queue was
+	// full, or it waited its MaxWait for a slot.
+	CauseCap LimitCause = iota
+	// CauseBudget: the tenant's connection-time budget (Plan.Budget) was
+	// spent; RetryAfter is when it allows a call.
+	CauseBudget
+)
 
 func (e *OverLimitError) Error() string {
 	who := fmt.Sprintf("tenant %q", e.Tenant)
 	if e.Class != "" {
 		who += fmt.Sprintf(" class %q", e.Class)
+	}
+	if e.Cause == CauseBudget {
+		return fmt.Sprintf("%s over its connection-time budget; retry after %v", who, e.RetryAfter.Round(time.Millisecond))
 	}
 	if e.Waited > 0 {
 		return fmt.Sprintf("%s over its limit of %d connections: waited %v; retry after %v",
@@ -95,8 +118,11 @@ func (e *OverLimitError) Error() string {
 		who, e.Limit, e.RetryAfter.Round(time.Millisecond))
 }
 
-// Is makes errors.Is(err, ErrOverLimit) true.
-func (e *OverLimitError) Is(target error) bool { return target == ErrOverLimit }
+// Is makes errors.Is(err, ErrOverLimit) true, and errors.Is(err,
+// ErrOverBudget) for a request its budget refused.
+func (e *OverLimitError) Is(target error) bool {
+	return target == ErrOverLimit || target == ErrOverBudget && e.Cause == CauseBudget
+}
 
 // Stage names where a request waited for admission.
 type Stage string

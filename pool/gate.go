@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,6 +15,7 @@ type Gate struct {
 	releaseTracer ReleaseTracer // cfg.Tracer, if it implements ReleaseTracer
 	epoch         time.Time
 	clock         func() int64       // ns since epoch, monotonic; replaced in tests
+	budgets       atomic.Bool        // whether a plan has or had a Budget: then every hold is timed
 	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
 	stopClosing   context.CancelFunc // cancels closing
 
@@ -74,6 +76,9 @@ func New(cfg Config) (*Gate, error) {
 	g.releaseTracer, _ = cfg.Tracer.(ReleaseTracer)
 	for name, p := range cfg.Plans {
 		g.plans[name] = newPlanState(name, p, classes)
+		if p.Budget.Rate > 0 {
+			g.budgets.Store(true)
+		}
 	}
 	g.defaultPlan = g.plans[cfg.DefaultPlan]
 	g.cfg.Plans = nil // g.plans is the truth from here on

@@ -50,6 +50,22 @@ func BenchmarkUncontended(b *testing.B) {
 			p.Release()
 		}
 	})
+	b.Run("GateBudget", func(b *testing.B) { // every hold timed and charged to a budget that never runs out
+		g, err := pool.New(pool.Config{Capacity: 20, Plans: map[string]pool.Plan{"p": {MaxConns: 10, Budget: pool.Budget{Rate: 1e6}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := g.Acquire(ctx, "acme")
+		p.Release()
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := g.Acquire(ctx, "acme")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		}
+	})
 	b.Run("XSyncSemaphore", func(b *testing.B) {
 		s := semaphore.NewWeighted(10)
 		b.ReportAllocs()

@@ -43,6 +43,9 @@ func (g *Gate) SetPlan(name string, p Plan) error {
 	if err := validateClassConns(name, p, g.classes); err != nil {
 		return err
 	}
+	if p.Budget.Rate > 0 {
+		g.budgets.Store(true)
+	}
 	g.mu.Lock()
 	ps := g.plans[name]
 	if ps == nil {

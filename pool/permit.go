@@ -19,15 +19,17 @@ type Permit struct {
 // uncontended path allocates nothing; gen tells a stale Permit from the
 // current holder, which is what makes Release idempotent.
 type permitState struct {
-	g      *Gate
-	t      *tenant         // guarded by g.mu
-	class  *classState     // guarded by g.mu
-	gen    uint64          // guarded by g.mu: bumped on every release
-	ctx    context.Context // the tracer's context, nil without a tracer
-	start  int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
-	weight int64           // guarded by g.mu: how many permits a measured hold stands for
-	lease  ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
-	next   *permitState    // guarded by g.mu: in the free list
+	g       *Gate
+	t       *tenant         // guarded by g.mu
+	class   *classState     // guarded by g.mu
+	gen     uint64          // guarded by g.mu: bumped on every release
+	ctx     context.Context // the tracer's context, nil without a tracer
+	start   int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
+	weight  int64           // guarded by g.mu: how many permits a measured hold stands for
+	lease   ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
+	stmtTO  time.Duration   // set at grant, before the holder sees the permit: its statement timeout
+	charged int64           // guarded by g.mu: ns its grant charged to its tenant's budget
+	next    *permitState    // guarded by g.mu: in the free list
 }
 
 // Release returns the permit's tenant slot and global capacity, and serves
@@ -59,6 +61,17 @@ func (p Permit) Release() {
 		rd.Hold = time.Duration(hold)
 		g.releaseTracer.TraceRelease(tctx, g, rd)
 	}
+}
+
+// StatementTimeout returns the statement timeout of the permit's work: its
+// tenant's (Tenant.StatementTimeout, else Plan.StatementTimeout) at the
+// grant, lowered by its class's; 0 for none. Only the permit's holder may
+// call it, before Release.
+func (p Permit) StatementTimeout() time.Duration {
+	if p.s == nil {
+		return 0
+	}
+	return p.s.stmtTO
 }
 
 // Revoked returns a channel closed when the permit's cluster lease is
@@ -108,9 +121,12 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 			l.avgHold = movingAverage(l.avgHold, hold)
 		}
 	}
+	if t.bucket != nil {
+		g.chargeReleaseLocked(t, s, hold*s.weight, now)
+	}
 	s.gen++
 	lease = s.lease
-	s.t, s.class, s.ctx, s.start, s.weight, s.lease = nil, nil, nil, 0, 0, nil
+	s.t, s.class, s.ctx, s.start, s.weight, s.lease, s.charged = nil, nil, nil, 0, 0, nil, 0
 	s.next, g.freePermits = g.freePermits, s
 
 	t.inUse--
@@ -151,15 +167,16 @@ func movingAverage(avg, hold int64) int64 {
 	return avg + (hold-avg)/8
 }
 
-// newPermitLocked returns a permit of class c for t, reusing a released
-// state if any.
-func (g *Gate) newPermitLocked(t *tenant, c *classState) Permit {
+// newPermitLocked returns a permit of class c for t, granted at now (0 if
+// not read), reusing a released state if any.
+func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 	s := g.freePermits
 	if s != nil {
 		g.freePermits, s.next = s.next, nil
 	} else {
 		s = &permitState{g: g}
 	}
-	s.t, s.class = t, c
+	s.t, s.class, s.stmtTO = t, c, t.statementTimeout(c)
+	g.chargeGrantLocked(t, s, now)
 	return Permit{s: s, gen: s.gen}
 }

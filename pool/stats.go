@@ -28,6 +28,15 @@ type TenantStat struct {
 	// AvgHold is a moving average of the measured hold times, which
 	// OverLimitError.RetryAfter is derived from; 0 until one is measured.
 	AvgHold time.Duration
+	// BudgetUsed is the connection-time held by the tenant's permits
+	// released under a budget (Plan.Budget); BudgetLeft what is left of it
+	// for the next request: the bucket less the expected hold of each
+	// permit in use or waiting for one with a tenant slot, negative in
+	// debt, 0 without a budget. OverBudget counts the requests its budget
+	// refused (rejected or timed out, also counted in Rejected and
+	// TimedOut), so Rejected+TimedOut-OverBudget were refused by the cap.
+	BudgetUsed, BudgetLeft time.Duration
+	OverBudget             uint64
 	// Classes has one entry per class, the default class first, with
 	// Config.Classes set; else nil. The entries add up to the tenant:
 	// their Acquired, Rejected, TimedOut, Cancelled, WaitTime, HoldTime,
@@ -149,6 +158,12 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 		TimedOut: t.outcomes[TimedOut], Cancelled: t.outcomes[Cancelled],
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),
+	}
+	if t.plan.Budget.Rate > 0 {
+		s.BudgetLeft = time.Duration(g.budgetLeftLocked(t, pendingSlots(t), g.nowLocked()))
+	}
+	if b := t.bucket; b != nil {
+		s.BudgetUsed, s.OverBudget = time.Duration(b.used), b.refused
 	}
 	if len(g.classes) > 1 {
 		s.Classes = make([]ClassStat, len(g.classes))

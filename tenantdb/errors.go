@@ -2,6 +2,10 @@ package tenantdb
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenantdb/tenantdb/pool"
 )
@@ -67,3 +71,21 @@ var ErrRoleDefaultsChanged = errors.New("tenantdb: the login role's or database'
 var ErrCannotRunInTransaction = errors.New("tenantdb: the statement cannot run inside a transaction block, " +
 	"and ScopeTransaction runs every statement in one: run it through Pool.Pgxpool (on no tenant's behalf, " +
 	"with schema-qualified names) or with ScopeSession")
+
+// ErrStatementTimeout is matched, together with PostgreSQL's own error
+// (SQLSTATE 57014), by a statement that ran longer than its tenant's
+// statement timeout (pool.Plan.StatementTimeout, pool.Tenant's, a class's)
+// and was cancelled by the server. The call's slot is back when it returns.
+var ErrStatementTimeout = errors.New("tenantdb: the statement ran past its tenant's statement timeout")
+
+// statementTimedOut makes err match ErrStatementTimeout when the server
+// cancelled a statement for its statement_timeout: SQLSTATE 57014 is also a
+// cancellation by request (a context), which the message tells apart.
+func statementTimedOut(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "57014" ||
+		!strings.Contains(pgErr.Message, "statement timeout") || errors.Is(err, ErrStatementTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
+}

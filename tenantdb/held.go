@@ -43,7 +43,8 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 		}
 		pg = h.db.pg
 	}
-	if h.conn, err = p.session.acquire(ctx, pg); err != nil {
+	timeout := permit.StatementTimeout()
+	if h.conn, err = p.session.acquire(withStatementTimeout(ctx, timeout), pg); err != nil {
 		if h.db != nil {
 			id, _ := TenantFrom(ctx)
 			err = h.db.connectError(id, err)
@@ -51,7 +52,7 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 		return ctx, held{}, h.guard.wrap(err)
 	}
 	h.guard.attach(h.conn)
-	if h.run, err = p.session.runner(ctx, h.conn.Conn()); err != nil {
+	if h.run, err = p.session.runner(ctx, h.conn.Conn(), timeout); err != nil {
 		return ctx, held{}, err
 	}
 	ok = true

@@ -54,6 +54,9 @@ type connState struct {
 	// values is the ScopeSession statement the session was given last
 	// ("" for none), so a tenant whose values it carries gets none again.
 	values string
+	// timed is whether values set a statement_timeout, which another
+	// holder's values must then reset.
+	timed bool
 	// dirty is set once a holder may have changed the session (it ran a
 	// statement, or had pgx's connection itself) and until a reset
 	// succeeds: a dirty session is reset before anyone else gets it.
@@ -92,7 +95,8 @@ func stateOf(conn *pgconn.PgConn) *connState {
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	st := stateOf(conn.PgConn())
 	tenant, _ := TenantFrom(ctx)
-	values, err := s.sessionValues(tenant)
+	timeout := statementTimeoutFrom(ctx)
+	values, err := s.sessionValues(tenant, timeout)
 	if err != nil {
 		return true, err // nothing touched the connection: keep it
 	}
@@ -103,6 +107,14 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 		return true, nil
 	}
 	sql := values
+	if !reset && st.timed && timeout <= 0 {
+		// The last holder's values, which the reset at release gave the
+		// session again, set a statement_timeout that these do not.
+		if sql != "" {
+			sql += "; "
+		}
+		sql += "reset statement_timeout"
+	}
 	if reset {
 		sql = resetStatements
 		if values != "" {
@@ -129,7 +141,7 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 		}
 		st.dirty = false
 	}
-	st.tenant, st.values = tenant, values
+	st.tenant, st.values, st.timed = tenant, values, timeout > 0 && values != ""
 	st.dirty = st.dirty || tenant == ""
 	return true, nil
 }

@@ -141,6 +141,7 @@ func (g *revokeGuard) isRevoked() bool {
 
 // wrap makes err, from work stopped by a revocation, match ErrRevoked.
 func (g *revokeGuard) wrap(err error) error {
+	err = statementTimedOut(err)
 	if err == nil || g == nil || errors.Is(err, ErrRevoked) || !g.isRevoked() {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,14 +25,16 @@ type runner struct {
 	st    *connState // conn's: each statement marks the session for the reset at release
 }
 
-// runner returns the runner of the tenant in ctx on conn.
-func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn) (runner, error) {
+// runner returns the runner of the tenant in ctx on conn, whose statements
+// run under timeout (when positive) with ScopeTransaction; with
+// ScopeSession, prepare set it on the session.
+func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration) (runner, error) {
 	st := stateOf(conn.PgConn())
-	if !s.transactional() {
+	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(s.cfg) && timeout <= 0 {
 		return runner{conn: conn, st: st}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
-	local, err := s.localStatement(tenant, conn.PgConn())
+	local, err := s.localStatement(tenant, conn.PgConn(), timeout)
 	if err != nil {
 		return runner{conn: conn, st: st}, err
 	}

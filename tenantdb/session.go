@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -278,21 +280,58 @@ func (s *sessionSetup) transactional() bool {
 }
 
 // sessionValues is the statement that sets tenant's values for the
-// session: "" without ScopeSession or with nothing to set.
-func (s *sessionSetup) sessionValues(tenant string) (string, error) {
+// session, with timeout (when positive) as its statement_timeout: "" without
+// ScopeSession or with nothing to set.
+func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (string, error) {
 	if s.cfg.Scope != ScopeSession {
 		return "", nil
 	}
+	var sql string
 	if s.cfg.Role == nil && s.cfg.SearchPath == nil && s.cfg.TenantSetting != "" {
 		// A SET is a utility statement, which the server neither plans
 		// nor executes as a query: a third of a SELECT's cost.
-		return "set " + quoteSettingName(s.cfg.TenantSetting) + " to " + quoteLiteral(tenant), nil
+		sql = "set " + quoteSettingName(s.cfg.TenantSetting) + " to " + quoteLiteral(tenant)
+	} else {
+		exprs, err := s.values(tenant, false, false, "")
+		if err != nil {
+			return "", err
+		}
+		if len(exprs) > 0 {
+			sql = "select " + strings.Join(exprs, ", ")
+		}
 	}
-	exprs, err := s.values(tenant, false, false, "")
-	if err != nil || len(exprs) == 0 {
-		return "", err
+	if timeout > 0 {
+		if sql != "" {
+			sql += "; "
+		}
+		sql += "set statement_timeout to " + timeoutMillis(timeout)
 	}
-	return "select " + strings.Join(exprs, ", "), nil
+	return sql, nil
+}
+
+// timeoutMillis is d in whole milliseconds, rounded up (statement_timeout's
+// unit; 0 would mean no timeout).
+func timeoutMillis(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+// timeoutKey is the context key under which hold passes a permit's
+// statement timeout to the PrepareConn hook.
+type timeoutKey struct{}
+
+// withStatementTimeout returns ctx carrying d for prepare, or ctx itself
+// when d is 0, so that calls without a timeout allocate nothing for it.
+func withStatementTimeout(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, timeoutKey{}, d)
+}
+
+// statementTimeoutFrom returns the timeout withStatementTimeout put in ctx.
+func statementTimeoutFrom(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(timeoutKey{}).(time.Duration)
+	return d
 }
 
 // install chains the hooks before the pgxCfg's own: connect before its

@@ -52,6 +52,14 @@ func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
 // (Pool.Pgxpool).
 func (s *Slot) Pgxpool() *pgxpool.Pool { return s.pg }
 
+// AcquireContext returns ctx carrying what the Pool's PrepareConn hook needs
+// besides the tenant to set the slot's values under ScopeSession (its
+// statement timeout, Permit.StatementTimeout): acquire the slot's connection
+// from Pgxpool with it.
+func (s *Slot) AcquireContext(ctx context.Context) context.Context {
+	return withStatementTimeout(ctx, s.permit.StatementTimeout())
+}
+
 // Tenant returns the tenant the slot was taken for.
 func (s *Slot) Tenant() string { return s.tenant }
 
@@ -101,11 +109,12 @@ func (s *Slot) Release() {
 // Session.SearchPath's or Session.Role's, or says that no connection of the
 // Pool's pgxpool is attached.
 func (s *Slot) LocalSettings() (string, error) {
-	if !s.session.transactional() {
+	timeout := s.permit.StatementTimeout()
+	if s.session.cfg.Scope != ScopeTransaction || !s.session.transactional() && timeout <= 0 {
 		return "", nil
 	}
 	if s.conn == nil {
 		return "", fmt.Errorf("tenantdb: Slot.LocalSettings before Attach")
 	}
-	return s.session.localStatement(s.tenant, s.conn)
+	return s.session.localStatement(s.tenant, s.conn, timeout)
 }

@@ -45,7 +45,7 @@ func (cn *conn) bind(ctx context.Context) error {
 	if pg := slot.Pgxpool(); pg != cn.c.p.Pgxpool() { // Config.Database: the tenant's database
 		pgc = stdlib.GetPoolConnector(pg, cn.c.stdlibOpts...)
 	}
-	dc, err := pgc.Connect(ctx)
+	dc, err := pgc.Connect(slot.AcquireContext(ctx))
 	if err != nil {
 		slot.Release()
 		return err

@@ -1,0 +1,148 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Budget is a plan's share of connection-time for each of its tenants: a
+// token bucket of connection-time that fills at Rate and holds at most
+// Burst, charged by every permit's hold time when it is released. A request
+// passes the tenant stage only while the bucket, less the expected hold
+// (the moving average of hold times) of each of the tenant's permits in use
+// or granted a slot, still covers its own expected hold (at most Burst);
+// otherwise it is rejected with an *OverLimitError whose Cause is
+// CauseBudget and whose RetryAfter is when the budget allows a call, or,
+// when the plan queues (MaxWaiting), it waits in the tenant's queue until
+// then. Nothing running is cancelled. The budget is per process (see
+// docs/budgets.md).
+type Budget struct {
+	// Rate is the connection-seconds per second a tenant may hold on
+	// average: 2 lets it hold two connections all the time, or ten a fifth
+	// of it. 0 means no budget.
+	Rate float64
+
+	// Burst is the most connection-time the bucket saves while the tenant
+	// is quiet, and what a new tenant starts with. Default Rate × 1 s.
+	Burst time.Duration
+}
+
+func (b Budget) validate() error {
+	switch {
+	case !(b.Rate >= 0) || b.Rate > 1e6:
+		return fmt.Errorf("Budget.Rate must be from 0 to 1e6 connection-seconds per second, got %v", b.Rate)
+	case b.Burst < 0:
+		return fmt.Errorf("Budget.Burst must not be negative, got %v", b.Burst)
+	}
+	return nil
+}
+
+// burst is b's Burst with its default, in ns.
+func (b Budget) burst() int64 {
+	if b.Burst > 0 {
+		return int64(b.Burst)
+	}
+	return int64(b.Rate * float64(time.Second))
+}
+
+// bucket is one tenant's connection-time budget; nil for a tenant whose
+// plan never had one. Each permit is charged its expected hold when it is
+// granted and the difference to its real hold when it is released, so
+// that what is left already counts the permits in use: the tenant cannot
+// start its whole cap at once on a bucket that covers one call.
+type bucket struct {
+	tokens  int64  // ns of connection-time left at at, net of the charges of permits in use; at most the burst
+	at      int64  // clock of the last refill
+	used    int64  // ns held by the permits released since the tenant was first seen
+	refused uint64 // requests rejected or timed out for the budget
+}
+
+// refillLocked brings t's bucket, creating it full, to now. t's plan has
+// or had a budget.
+func (g *Gate) refillLocked(t *tenant, now int64) *bucket {
+	if now == 0 {
+		now = g.nowLocked()
+	}
+	bp := &t.plan.Budget
+	b := t.bucket
+	if b == nil {
+		b = &bucket{tokens: bp.burst(), at: now}
+		t.bucket = b
+	}
+	if now > b.at {
+		if bp.Rate > 0 {
+			b.tokens = min(bp.burst(), b.tokens+int64(bp.Rate*float64(now-b.at)))
+		}
+		b.at = now
+	}
+	return b
+}
+
+// budgetLeftLocked is what is left of t's budget for a request at now while
+// pending of t's requests hold a tenant slot but no permit yet (each counted
+// at its expected hold). t's plan has a budget.
+func (g *Gate) budgetLeftLocked(t *tenant, pending int, now int64) int64 {
+	return g.refillLocked(t, now).tokens - expectedHold(t)*int64(pending)
+}
+
+// expectedHold is what a permit of t is expected to cost its budget: the
+// moving average of its hold times, unknownHold before one is measured.
+func expectedHold(t *tenant) int64 {
+	if t.avgHold > 0 {
+		return t.avgHold
+	}
+	return int64(unknownHold)
+}
+
+// budgetAllowsLocked reports whether t's budget lets a request take a slot
+// while pending of t's requests hold a tenant slot but no permit yet: what
+// is left covers the request's expected hold (or the whole burst, for holds
+// longer than it, so that such a tenant is slowed, never locked out).
+func (g *Gate) budgetAllowsLocked(t *tenant, pending int, now int64) bool {
+	return t.plan.Budget.Rate == 0 || g.budgetLeftLocked(t, pending, now) >= budgetNeed(t)
+}
+
+// budgetNeed is what must be left of t's budget to admit a request.
+func budgetNeed(t *tenant) int64 { return min(expectedHold(t), t.plan.Budget.burst()) }
+
+// budgetWaitLocked is how long until t's budget lets a request take a slot
+// while pending of t's requests hold a tenant slot but no permit yet: 0
+// when it does now.
+func (g *Gate) budgetWaitLocked(t *tenant, pending int, now int64) time.Duration {
+	if t.plan.Budget.Rate == 0 {
+		return 0
+	}
+	short := budgetNeed(t) - g.budgetLeftLocked(t, pending, now)
+	if short <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(float64(short) / t.plan.Budget.Rate))
+}
+
+// pendingSlots is how many of t's requests hold a tenant slot but no
+// permit yet (waiting for global capacity or a cluster slot).
+func pendingSlots(t *tenant) int { return t.held() - t.inUse }
+
+// chargeGrantLocked charges a permit s of t, granted at now, its expected
+// hold, if t's plan has a budget.
+func (g *Gate) chargeGrantLocked(t *tenant, s *permitState, now int64) {
+	if t.plan.Budget.Rate == 0 {
+		return
+	}
+	b := g.refillLocked(t, now)
+	s.charged = expectedHold(t)
+	b.tokens -= s.charged
+}
+
+// chargeReleaseLocked settles the budget of s's tenant t for s's hold:
+// what it held less what its grant was charged.
+func (g *Gate) chargeReleaseLocked(t *tenant, s *permitState, hold, now int64) {
+	if t.bucket == nil || t.plan.Budget.Rate == 0 && s.charged == 0 {
+		return
+	}
+	b := g.refillLocked(t, now)
+	b.tokens = min(t.plan.Budget.burst(), b.tokens+s.charged-hold)
+	b.used += hold
+	s.charged = 0
+}
