@@ -14,9 +14,10 @@ import (
 // resetStatements undo, in one simple-protocol round trip, everything a
 // session can carry from one holder to the next (PgBouncer's default
 // server_reset_query, DISCARD ALL), except that pgx's own prepared
-// statements stay: DISCARD ALL less DEALLOCATE ALL. RESET ALL goes first so
-// that a statement_timeout the holder left cannot cut the rest short (the
-// server re-reads the setting at each statement). The last statement
+// statements stay: DISCARD ALL less DEALLOCATE ALL. RESET ALL goes first
+// (DISCARD ALL runs it after SET SESSION AUTHORIZATION, which changes no
+// setting it resets) so that a statement_timeout the holder left cannot cut
+// the rest short: the server re-reads the setting at each statement. The last statement
 // reports how many statements are not pgx's own (prepared from SQL, or
 // under a name that is not pgx's for its text: pgx names a cached statement
 // after the SHA-256 of its SQL, and a holder could put other SQL under that
@@ -26,7 +27,6 @@ const resetStatements = "reset all; " +
 	"close all; " +
 	"set session authorization default; " +
 	"reset role; " +
-	"reset all; " +
 	"select pg_catalog.pg_advisory_unlock_all(); " +
 	"discard plans; " +
 	"discard temp; " +
