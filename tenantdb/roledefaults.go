@@ -24,6 +24,7 @@ import (
 type roleDefaults struct {
 	mu       sync.Mutex
 	baseline map[string]string // guarded by mu; by database OID, "0" for a database created since; nil until read
+	applied  map[string]string // guarded by mu; by database OID, what its first checked session took (sessionDefaults)
 }
 
 // roleSettings is the expression of the settings of pg_db_role_setting that
@@ -41,9 +42,24 @@ const roleSettings = `coalesce((select pg_catalog.string_agg(pg_catalog.array_to
 const roleBaselineQuery = `select d.oid::pg_catalog.text, ` + roleSettings + `
 from (select oid as db, oid from pg_catalog.pg_database union all select 0::pg_catalog.oid, 0::pg_catalog.oid) d`
 
-// roleDefaultsQuery reads the current database's OID, its name and those
-// settings.
-const roleDefaultsQuery = `select d.oid::pg_catalog.text, d.datname::pg_catalog.text, ` + roleSettings + `
+// sessionDefaults is the expression of the settings this session took
+// from pg_db_role_setting when it started, as the server applied them. The
+// catalog can change between the session's start and the check: a tenant
+// that sets and resets a default in a loop would otherwise slip a session
+// past a check of the catalog alone.
+const sessionDefaults = `coalesce((select pg_catalog.string_agg(name operator(pg_catalog.||) '=' operator(pg_catalog.||) setting, E'\n' order by name)
+	from pg_catalog.pg_settings where source operator(pg_catalog.=) any ('{global,database,user,"database user"}'::pg_catalog.text[])), '')`
+
+// clientSettings is the expression of the names of the settings the
+// client's startup parameters gave the session, which override the login
+// role's defaults of the same names.
+const clientSettings = `coalesce((select pg_catalog.string_agg(name, E'\n' order by name)
+	from pg_catalog.pg_settings where source operator(pg_catalog.=) 'client'), '')`
+
+// roleDefaultsQuery reads the current database's OID, its name, those
+// settings and the ones the session took.
+const roleDefaultsQuery = `select d.oid::pg_catalog.text, d.datname::pg_catalog.text, ` + roleSettings + `, ` + sessionDefaults +
+	`, ` + clientSettings + `
 from (select oid as db, oid, datname from pg_catalog.pg_database
 	where datname operator(pg_catalog.=) pg_catalog.current_database()) d`
 
@@ -53,7 +69,8 @@ from (select oid as db, oid, datname from pg_catalog.pg_database
 func (d *roleDefaults) check(ctx context.Context, conn *pgx.Conn) error {
 	d.mu.Lock()
 	baseline := d.baseline
-	if baseline == nil {
+	first := baseline == nil
+	if first {
 		defer d.mu.Unlock() // the connections opened with it wait for the baseline
 	} else {
 		d.mu.Unlock()
@@ -68,8 +85,8 @@ func (d *roleDefaults) check(ctx context.Context, conn *pgx.Conn) error {
 	if err == nil {
 		if want := 1 + btoi(baseline == nil); len(results) != want {
 			err = fmt.Errorf("%d results, want %d", len(results), want)
-		} else if own := results[len(results)-1]; len(own.Rows) != 1 || len(own.Rows[0]) != 3 {
-			err = errors.New("not one row of three columns for the current database")
+		} else if own := results[len(results)-1]; len(own.Rows) != 1 || len(own.Rows[0]) != 5 {
+			err = errors.New("not one row of five columns for the current database")
 		}
 	}
 	if err != nil {
@@ -85,15 +102,50 @@ func (d *roleDefaults) check(ctx context.Context, conn *pgx.Conn) error {
 		d.baseline = baseline
 	}
 	own := results[len(results)-1].Rows[0]
-	oid, database, settings := string(own[0]), string(own[1]), string(own[2])
-	first, ok := baseline[oid]
+	oid, database, settings, applied, client := string(own[0]), string(own[1]), string(own[2]), string(own[3]), string(own[4])
+	recorded, ok := baseline[oid]
 	if !ok {
-		first = baseline["0"]
+		recorded = baseline["0"]
 	}
-	if settings != first {
-		return fmt.Errorf("%w: database %q: %s", ErrRoleDefaultsChanged, database, settingsChange(first, settings))
+	if settings != recorded {
+		return fmt.Errorf("%w: database %q: %s", ErrRoleDefaultsChanged, database, settingsChange(recorded, settings))
+	}
+	if !slices.Equal(settingNames(applied), slices.DeleteFunc(settingNames(settings), func(name string) bool {
+		return slices.Contains(settingNames(client), name)
+	})) {
+		return fmt.Errorf("%w: database %q: the session started with %q, the login role's defaults are %q",
+			ErrRoleDefaultsChanged, database, applied, settings)
+	}
+	if !first {
+		d.mu.Lock() // the first connection holds it already
+		defer d.mu.Unlock()
+	}
+	if d.applied == nil {
+		d.applied = map[string]string{}
+	}
+	was, seen := d.applied[oid]
+	if !seen {
+		d.applied[oid] = applied
+		return nil
+	}
+	if applied != was {
+		return fmt.Errorf("%w: database %q: the session started with %s", ErrRoleDefaultsChanged, database, settingsChange(was, applied))
 	}
 	return nil
+}
+
+// settingNames returns the sorted names of settings (name=value lines).
+func settingNames(settings string) []string {
+	if settings == "" {
+		return nil
+	}
+	var names []string
+	for _, l := range strings.Split(settings, "\n") {
+		name, _, _ := strings.Cut(l, "=")
+		names = append(names, strings.ToLower(name))
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // settingsChange names the settings (name=value lines) of now that are not
