@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,7 @@ const resetStatements = "reset all; " +
 	"select (select pg_catalog.count(*) from pg_catalog.pg_prepared_statements where from_sql " +
 	"or name operator(pg_catalog.<>) ('stmtcache_' operator(pg_catalog.||) pg_catalog.substr(pg_catalog.encode(" +
 	"pg_catalog.sha256(pg_catalog.convert_to(statement, 'UTF8')), 'hex'), 1, 48))), " +
-	"(select pg_catalog.count(*) from pg_catalog.pg_prepared_statements where not from_sql), " +
+	"(select coalesce(pg_catalog.string_agg(name, ',' order by name collate \"C\"), '') from pg_catalog.pg_prepared_statements where not from_sql), " +
 	"(select pg_catalog.count(*) from pg_catalog.pg_listening_channels()); " +
 	"unlisten *"
 
@@ -61,9 +62,14 @@ type connState struct {
 	// statement, or had pgx's connection itself) and until a reset
 	// succeeds: a dirty session is reset before anyone else gets it.
 	dirty bool
-	// statements is how many statements the server held for pgx after the
-	// last reset, to tell when a holder's SQL dropped some.
-	statements int64
+	// statements are the names of the statements the server held for pgx
+	// after the last reset, sorted and joined by commas, to tell when a
+	// holder's SQL dropped some.
+	statements string
+	// forget is set when a holder's SQL may have dropped statements pgx
+	// prepared since the last reset (it named DEALLOCATE): the next reset
+	// drops them all, pgx's caches too.
+	forget bool
 }
 
 // stateKey names the connState in a connection's pgconn CustomData.
@@ -199,19 +205,41 @@ func (s *sessionSetup) readReset(ctx context.Context, conn *pgx.Conn, st *connSt
 		return false
 	}
 	foreign, err1 := strconv.ParseInt(string(report.Rows[0][0]), 10, 64)
-	statements, err2 := strconv.ParseInt(string(report.Rows[0][1]), 10, 64)
+	statements := string(report.Rows[0][1])
 	listening, err3 := strconv.ParseInt(string(report.Rows[0][2]), 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || listening > 0 {
+	if err1 != nil || err3 != nil || listening > 0 {
 		return false
 	}
-	if foreign > 0 || statements < st.statements {
+	if foreign > 0 || st.forget || !containsAll(statements, st.statements) {
 		if err := conn.DeallocateAll(ctx); err != nil {
 			return false
 		}
-		statements = 0
+		statements = ""
 	}
-	st.statements = statements
+	st.statements, st.forget = statements, false
 	dropNotifications(conn)
+	return true
+}
+
+// containsAll reports whether the sorted, comma-joined names have every one
+// of was.
+func containsAll(names, was string) bool {
+	for was != "" {
+		var name string
+		name, was, _ = strings.Cut(was, ",")
+		for {
+			var next string
+			next, rest, found := strings.Cut(names, ",")
+			if next == name {
+				names = rest
+				break
+			}
+			if !found || next > name {
+				return false
+			}
+			names = rest
+		}
+	}
 	return true
 }
 

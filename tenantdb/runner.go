@@ -49,6 +49,29 @@ func (r runner) used() {
 	}
 }
 
+// usedSQL is used for sql, which may also drop statements pgx prepared.
+func (r runner) usedSQL(sql string) {
+	if r.st != nil {
+		r.st.dirty = true
+		r.st.forget = r.st.forget || containsFold(sql, "deallocate")
+	}
+}
+
+// containsFold reports whether s contains word (lower-case ASCII) in any
+// case, without allocating.
+func containsFold(s, word string) bool {
+	for i := 0; i+len(word) <= len(s); i++ {
+		j := 0
+		for j < len(word) && s[i+j]|0x20 == word[j] {
+			j++
+		}
+		if j == len(word) {
+			return true
+		}
+	}
+	return false
+}
+
 // sets reports whether the next statement must carry the tenant's setting:
 // with ScopeTransaction, unless the connection's transaction has failed.
 func (r runner) sets() bool {
@@ -78,7 +101,7 @@ type closer interface{ Close() error }
 // sql may hold several statements; the setting is put in front of them, or
 // right after a leading BEGIN (see WithLocalSettings).
 func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
-	r.used()
+	r.usedSQL(sql)
 	switch {
 	case !r.sets():
 		return r.conn.Exec(ctx, sql, args...)
@@ -100,7 +123,7 @@ func (r runner) exec(ctx context.Context, sql string, args []any) (pgconn.Comman
 // query runs sql. With ScopeTransaction it also returns the batch (or
 // transaction) it was sent in, to be closed after the rows.
 func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, closer, error) {
-	r.used()
+	r.usedSQL(sql)
 	if !r.sets() {
 		rows, err := r.conn.Query(ctx, sql, args...)
 		return rows, nil, err
@@ -125,7 +148,7 @@ func (r runner) query(ctx context.Context, sql string, args []any) (pgx.Rows, cl
 // batch (or transaction) it was sent in, to be closed after the row is
 // scanned.
 func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, closer) {
-	r.used()
+	r.usedSQL(sql)
 	if !r.sets() {
 		return r.conn.QueryRow(ctx, sql, args...), nil
 	}
@@ -150,6 +173,9 @@ func (r runner) queryRow(ctx context.Context, sql string, args []any) (pgx.Row, 
 // After a BEGIN that comes first in b, the setting goes second: a BEGIN with
 // an isolation level must be the first statement of its transaction.
 func (r runner) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		r.usedSQL(q.SQL)
+	}
 	r.used()
 	if !r.sets() {
 		return r.conn.SendBatch(ctx, b)
