@@ -101,7 +101,10 @@ func (s *perTenant) testBehindPgBouncer(t *testing.T) {
 			st := p.DatabasesStat()
 			t.Logf("%s: %d calls in %v; the server counted at most %d backends in tenant databases (budget %d); %d opens, %v connecting",
 				c.name, tenants*calls, elapsed.Round(time.Millisecond), most.Load(), budget, st.Opens, st.ConnectTime.Round(time.Millisecond))
-			if c.bounded && most.Load() > budget {
+			// PgBouncer moves a server connection to another database by
+			// closing one and opening another: the closed one's backend can
+			// still be ending, and counted, beside its replacement.
+			if c.bounded && most.Load() > budget+1 {
 				t.Errorf("with max_user_connections = %d the server counted %d backends", budget, most.Load())
 			}
 			if !c.bounded && most.Load() <= budget {
