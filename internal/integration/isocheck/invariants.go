@@ -105,7 +105,10 @@ func (rc *runCtx) checkProbe(tenant string, nonce int32, r probeResult) []string
 	}
 	want := rc.cfg.expected(rc.env, tenant)
 	sticky := rc.sticky(tenant)
-	if r.database != want.database {
+	// A tenant that put its own SQL under pgx's statement names meets it
+	// again when it gets its own session back (a reset left to the next
+	// holder, who is the same tenant): its own tag, never another's.
+	if r.database != want.database && !(own && strings.Contains(r.database, tag(tenant))) {
 		bad = append(bad, fmt.Sprintf("ran in database %q, not %q", r.database, want.database))
 	}
 	if r.session != want.session && !sticky["sa"] {
@@ -127,7 +130,7 @@ func (rc *runCtx) checkProbe(tenant string, nonce int32, r probeResult) []string
 	}
 	if r.stickyVisible != "" && !rc.cfg.pooler {
 		for _, s := range strings.Split(r.stickyVisible, ",") {
-			if !sticky[s] {
+			if !sticky[s] && !strings.Contains(s, tag(tenant)) {
 				bad = append(bad, fmt.Sprintf("session state %q that %s never set", s, tenant))
 			}
 		}
