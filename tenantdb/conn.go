@@ -34,7 +34,7 @@ func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
-	return Conn{h: h, ref: newLiveRef()}, nil
+	return Conn{h: h, ref: newLiveRef(&h.run.st.life)}, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns

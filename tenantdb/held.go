@@ -69,7 +69,7 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 func (h *held) release(err *error) {
 	h.guard.stop()
 	if h.conn != nil {
-		h.conn.Release()
+		h.run.setup.release(h.conn, h.run.st)
 		h.conn = nil
 	}
 	h.permit.Release()

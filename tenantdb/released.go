@@ -2,22 +2,20 @@ package tenantdb
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// connLife is the record of one acquired Conn that its copies and what it
+// connLife is the record that an acquired Conn, its copies and what it
 // hands out share: Release bumps gen, so that every holder of the old
-// generation sees the Conn as released. Records are reused, so that Acquire
-// allocates nothing; a stale holder's generation never comes back.
+// generation sees the Conn as released. There is one per pooled connection,
+// in its connState, so that Acquire allocates nothing: the connection has
+// one holder at a time, and a stale holder's generation never comes back.
 type connLife struct {
 	gen atomic.Uint64
 }
-
-var connLives = sync.Pool{New: func() any { return new(connLife) }}
 
 // liveRef is a reference to one generation of a connLife. The zero liveRef
 // refers to nothing and is never stale: it is what the Pool's own calls,
@@ -27,9 +25,9 @@ type liveRef struct {
 	gen  uint64
 }
 
-// newLiveRef starts the life of a newly acquired Conn.
-func newLiveRef() liveRef {
-	l := connLives.Get().(*connLife)
+// newLiveRef starts the life of a newly acquired Conn, on its connection's
+// record.
+func newLiveRef(l *connLife) liveRef {
 	return liveRef{life: l, gen: l.gen.Load()}
 }
 
@@ -47,11 +45,7 @@ func (r liveRef) err() error {
 // end ends the life r refers to and reports whether this call did: only the
 // first of the Conn's Releases (or Hijack) does.
 func (r liveRef) end() bool {
-	if r.life == nil || !r.life.gen.CompareAndSwap(r.gen, r.gen+1) {
-		return false
-	}
-	connLives.Put(r.life)
-	return true
+	return r.life != nil && r.life.gen.CompareAndSwap(r.gen, r.gen+1)
 }
 
 // connTx is a transaction (or savepoint) begun on a Conn: it fails with

@@ -125,9 +125,14 @@ type sessionSetup struct {
 	// acquiring counts the Pool's calls waiting for a connection of the
 	// shared pgxpool, and idle reports whether it has an idle one (nil with
 	// Config.Database): while calls wait and none is idle, a release leaves
-	// the reset to the next holder (see afterRelease).
+	// the reset to the next holder (see release).
 	acquiring atomic.Int32
 	idle      func() bool
+
+	// inHook is set when the pgxpool.Config has an AfterRelease hook of
+	// its own, which pgxpool runs at every release: the reset at release
+	// runs in it then, before the user's (see install and release).
+	inHook bool
 }
 
 // values returns the SQL expressions that set tenant's values, local to the
@@ -283,7 +288,7 @@ func (s *sessionSetup) transactional() bool {
 // session, with timeout (when positive) as its statement_timeout: "" without
 // ScopeSession or with nothing to set.
 func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (string, error) {
-	if s.cfg.Scope != ScopeSession {
+	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(s.cfg) {
 		return "", nil
 	}
 	var sql string
@@ -337,13 +342,14 @@ func statementTimeoutFrom(ctx context.Context) time.Duration {
 // install chains the hooks before the pgxCfg's own: connect before its
 // AfterConnect, prepare before its PrepareConn (or its deprecated
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
-// the user's hook sees the tenant's state, and afterRelease before its
-// AfterRelease. A panic in the user's PrepareConn fails the acquire with an
-// error and destroys the connection, instead of leaking it inside pgxpool.
+// the user's hook sees the tenant's state, and, when it has an
+// AfterRelease, afterRelease before it; without one, tenantdb resets
+// sessions in its own releases (see release). A panic in the user's
+// PrepareConn fails the acquire with an error and destroys the connection,
+// instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
-	if after := pgxCfg.AfterRelease; after == nil {
-		pgxCfg.AfterRelease = s.afterRelease
-	} else {
+	if after := pgxCfg.AfterRelease; after != nil {
+		s.inHook = true
 		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
 	}
 	if after := pgxCfg.AfterConnect; after == nil {

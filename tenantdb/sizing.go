@@ -178,7 +178,7 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, er
 	if err != nil {
 		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
 	}
-	defer c.Release()
+	defer p.session.release(c, nil)
 	var pid uint32
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
 		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)
