@@ -65,30 +65,11 @@ func startPerTenant(t *testing.T) *perTenant {
 	t.Helper()
 	pg := tenantdbtest.StartPostgres(t, tenantdbtest.WithMaxConnections(60))
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(ctx) })
+	admin := adminConn(t, pg.DSN)
 	start := time.Now()
-	// A server named by TENANTDB_POSTGRES_DSN may have them from a run before.
-	rows, _ := admin.Query(ctx, "select datname from pg_database")
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := func(name, sql string) {
-		t.Helper()
-		if slices.Contains(names, name) {
-			return
-		}
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	create := databaseCreator(t, admin)
 	create("locked_db", "create database locked_db with allow_connections false")
-	if !slices.Contains(names, "tenant_template") {
-		create("tenant_template", "create database tenant_template")
+	if create("tenant_template", "create database tenant_template") {
 		tmplCfg, _ := pgx.ParseConfig(pg.DSN)
 		tmplCfg.Database = "tenant_template"
 		tmpl, err := pgx.ConnectConfig(ctx, tmplCfg)
@@ -114,11 +95,7 @@ func startPerTenant(t *testing.T) *perTenant {
 // pool returns a Pool with Config.Database over budget connections.
 func (s *perTenant) pool(t *testing.T, budget int32, cfg tenantdb.Config) *tenantdb.Pool {
 	t.Helper()
-	pcfg, err := pgxpool.ParseConfig(s.pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = budget
+	pcfg := pgxConfigOn(t, s.pg.DSN, budget)
 	pcfg.ConnConfig.RuntimeParams["application_name"] = ourApp
 	if cfg.Session.Scope == tenantdb.ScopeTransaction {
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
