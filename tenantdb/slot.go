@@ -101,8 +101,8 @@ func (s *Slot) Detach() { s.g.stop() }
 // Pool's own calls: on the holder's time, in a goroutine of its own, where
 // give then runs; a connection whose reset fails is closed before give, and
 // pgxpool destroys it. Call it after Detach and before Release. A
-// connection given back otherwise is reset before its next tenant's first
-// statement, on that tenant's path.
+// connection given back otherwise is reset when it next goes to another
+// tenant, on that tenant's path (see Pool).
 func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, give) }
 
 // Release detaches the connection, if not done yet, and returns the slot to
