@@ -102,7 +102,7 @@ func (s *Slot) Detach() { s.g.stop() }
 // give then runs; a connection whose reset fails is closed before give, and
 // pgxpool destroys it. Call it after Detach and before Release. A
 // connection given back otherwise is reset when it next goes to another
-// tenant, on that tenant's path (see Pool).
+// tenant, on that tenant's path.
 func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, give) }
 
 // Release detaches the connection, if not done yet, and returns the slot to
