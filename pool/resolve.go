@@ -51,9 +51,10 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
 			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity))
 	}
-	if answer.StatementTimeout < 0 {
-		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q a negative StatementTimeout %v",
-			ErrInvalidConfig, id, answer.StatementTimeout))
+	if answer.StatementTimeout < 0 || answer.IdleInTransactionTimeout < 0 || answer.MaxHold < 0 {
+		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q a negative time limit: "+
+			"StatementTimeout %v, IdleInTransactionTimeout %v, MaxHold %v",
+			ErrInvalidConfig, id, answer.StatementTimeout, answer.IdleInTransactionTimeout, answer.MaxHold))
 	}
 	now := g.nowLocked()
 	t := g.tenants[id] // it may have been created while the lock was released
@@ -71,6 +72,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 		}
 	}
 	t.plan, t.lookupMax, t.lookupTO, t.resolvedAt = plan, answer.MaxConns, answer.StatementTimeout, now
+	t.lookupIdle, t.lookupHold = answer.IdleInTransactionTimeout, answer.MaxHold
 	g.applyLimitLocked(t)
 	return t, nil
 }

@@ -34,11 +34,16 @@ type tenant struct {
 	reserved  int           // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
 	inUse     int           // guarded by Gate.mu: permits granted and not released
 
+	lookupIdle time.Duration // guarded by Gate.mu: Lookup's IdleInTransactionTimeout override, 0 for none
+	lookupHold time.Duration // guarded by Gate.mu: Lookup's MaxHold override, 0 for none
+
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
 	wait   *contention    // guarded by Gate.mu: nil until the tenant first waits or uses a class
 	ad     *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 	bucket *bucket        // guarded by Gate.mu: nil until its plan's Budget is first checked
+
+	exceeded *[numTimeLimits]uint64 // guarded by Gate.mu: work ended for each time limit (Permit.Exceeded); nil until one
 
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
@@ -166,17 +171,4 @@ func validateID(id string, maxLen int) error {
 		}
 	}
 	return nil
-}
-
-// statementTimeout is the statement timeout of t's work of class c: the
-// tenant's (Lookup's, else its plan's), lowered by the class's.
-func (t *tenant) statementTimeout(c *classState) time.Duration {
-	to := t.plan.StatementTimeout
-	if t.lookupTO > 0 {
-		to = t.lookupTO
-	}
-	if c.StatementTimeout > 0 && (to == 0 || c.StatementTimeout < to) {
-		to = c.StatementTimeout
-	}
-	return to
 }
