@@ -146,3 +146,14 @@ func (g *Gate) chargeReleaseLocked(t *tenant, s *permitState, hold, now int64) {
 	b.used += hold
 	s.charged = 0
 }
+
+// traceBudget fills d's budget fields for the tracer, once the admission
+// of d's tenant has been decided.
+func (g *Gate) traceBudget(d *TraceAcquireEndData) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.tenants[d.Tenant]; t != nil && t.plan.Budget.Rate > 0 {
+		d.Budgeted = true
+		d.BudgetLeft = time.Duration(g.budgetLeftLocked(t, pendingSlots(t), g.nowLocked()))
+	}
+}

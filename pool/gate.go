@@ -161,6 +161,9 @@ func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
 	if p.s != nil {
 		p.s.ctx = tctx // only this goroutine knows p yet
 	}
+	if d.Plan != "" && g.budgets.Load() {
+		g.traceBudget(&d)
+	}
 	d.Err = err
 	ended := false
 	defer func() {

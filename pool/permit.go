@@ -49,7 +49,7 @@ func (p Permit) Release() {
 	tctx := s.ctx
 	var rd TraceReleaseData
 	if g.releaseTracer != nil {
-		rd.Tenant, rd.Plan = s.t.id, s.t.plan.name
+		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0
 		if s.class.index != 0 {
 			rd.Class = s.class.name
 		}

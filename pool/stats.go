@@ -37,6 +37,8 @@ type TenantStat struct {
 	// TimedOut), so Rejected+TimedOut-OverBudget were refused by the cap.
 	BudgetUsed, BudgetLeft time.Duration
 	OverBudget             uint64
+	// Budgeted reports that the tenant's plan has a Budget now.
+	Budgeted bool
 	// StatementTimeouts, IdleTimeouts and HoldTimeouts count the work its
 	// holder ended for a time limit (Permit.Exceeded): statements past
 	// StatementTimeout, transactions idle for IdleInTransactionTimeout,
@@ -165,6 +167,7 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 		AvgHold: time.Duration(t.avgHold),
 	}
 	if t.plan.Budget.Rate > 0 {
+		s.Budgeted = true
 		s.BudgetLeft = time.Duration(g.budgetLeftLocked(t, pendingSlots(t), g.nowLocked()))
 	}
 	if b := t.bucket; b != nil {
