@@ -15,7 +15,7 @@ type Gate struct {
 	releaseTracer ReleaseTracer // cfg.Tracer, if it implements ReleaseTracer
 	epoch         time.Time
 	clock         func() int64       // ns since epoch, monotonic; replaced in tests
-	budgets       atomic.Bool        // whether a plan has or had a Budget: then every hold is timed
+	budgets       atomic.Bool        // whether a plan has or had a Budget: then a traced admission reports it
 	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
 	stopClosing   context.CancelFunc // cancels closing
 

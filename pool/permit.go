@@ -111,7 +111,7 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 		}
 	}
 	if t.bucket != nil {
-		g.chargeReleaseLocked(t, s, hold*s.weight, now)
+		g.chargeReleaseLocked(t, s, hold, now)
 	}
 	s.gen++
 	lease = s.lease
