@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 )
 
@@ -87,24 +86,45 @@ func (g *Gate) budgetTimingLocked(t *tenant, now int64, sample bool) (int64, boo
 	if expectedHold(t) >= exactHoldAbove {
 		return g.nowLocked(), false
 	}
-	return 0, rand.Uint32()%holdSampleEvery == 0
+	return 0, g.sampleRandLocked()%holdSampleEvery == 0
 }
 
-// refillLocked brings t's bucket, creating it full, to now (0: read the
-// clock). t's plan has or had a budget.
+// sampleRandLocked is the next number of the Gate's sampler, a xorshift
+// generator seeded at random by New: a tenant cannot tell which of its
+// permits are timed.
+func (g *Gate) sampleRandLocked() uint64 {
+	x := g.sampler
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	g.sampler = x
+	return x >> 32
+}
+
+// refillLocked brings t's bucket, creating it full, to now (0 creates it
+// at a clock reading and refills nothing). t's plan has or had a budget.
+// Small enough to inline: between two clock readings there is nothing to
+// refill.
 func (g *Gate) refillLocked(t *tenant, now int64) *bucket {
+	if b := t.bucket; b != nil && now <= b.at {
+		return b
+	}
+	return g.refillSlowLocked(t, now)
+}
+
+func (g *Gate) refillSlowLocked(t *tenant, now int64) *bucket {
 	if now == 0 {
 		now = g.nowLocked()
 	}
-	bp := &t.plan.Budget
+	ps := t.plan
 	b := t.bucket
 	if b == nil {
-		b = &bucket{tokens: bp.burst(), at: now}
+		b = &bucket{tokens: ps.burst, at: now}
 		t.bucket = b
 	}
 	if now > b.at {
-		if bp.Rate > 0 {
-			b.tokens = min(bp.burst(), b.tokens+int64(bp.Rate*float64(now-b.at)))
+		if ps.Budget.Rate > 0 {
+			b.tokens = min(ps.burst, b.tokens+int64(ps.Budget.Rate*float64(now-b.at)))
 		}
 		b.at = now
 	}
@@ -147,7 +167,7 @@ func (g *Gate) budgetAllowsLocked(t *tenant, pending int, now int64) bool {
 }
 
 // budgetNeed is what must be left of t's budget to admit a request.
-func budgetNeed(t *tenant) int64 { return min(expectedHold(t), t.plan.Budget.burst()) }
+func budgetNeed(t *tenant) int64 { return min(expectedHold(t), t.plan.burst) }
 
 // budgetWaitLocked is how long until t's budget lets a request take a slot
 // while pending of t's requests hold a tenant slot but no permit yet: 0
@@ -168,14 +188,13 @@ func (g *Gate) budgetWaitLocked(t *tenant, pending int, now int64) time.Duration
 func pendingSlots(t *tenant) int { return t.held() - t.inUse }
 
 // chargeGrantLocked charges a permit s of t, granted at now (0: at the
-// last clock reading), its expected hold, if t's plan has a budget.
+// last clock reading), its expected hold, if t's plan has a budget. Small
+// enough to inline.
 func (g *Gate) chargeGrantLocked(t *tenant, s *permitState, now int64) {
-	if t.plan.Budget.Rate == 0 {
-		return
+	if t.plan.Budget.Rate != 0 {
+		s.charged = expectedHold(t)
+		g.refillLocked(t, max(now, g.lastNow)).tokens -= s.charged
 	}
-	b := g.refillLocked(t, max(now, g.lastNow))
-	s.charged = expectedHold(t)
-	b.tokens -= s.charged
 }
 
 // chargeReleaseLocked settles the budget of s's tenant t for s's hold
@@ -187,12 +206,17 @@ func (g *Gate) chargeReleaseLocked(t *tenant, s *permitState, hold, now int64) {
 	if t.bucket == nil || t.plan.Budget.Rate == 0 && s.charged == 0 {
 		return
 	}
+	if s.weight == 0 { // not timed: it costs what its grant was charged
+		t.bucket.used += s.charged
+		s.charged = 0
+		return
+	}
 	b := g.refillLocked(t, max(now, g.lastNow))
 	cost := s.charged
 	if s.weight > 0 {
 		cost = s.weight*hold - (s.weight-1)*s.charged
 	}
-	b.tokens = min(t.plan.Budget.burst(), b.tokens+s.charged-cost)
+	b.tokens = min(t.plan.burst, b.tokens+s.charged-cost)
 	b.used += cost
 	s.charged = 0
 }

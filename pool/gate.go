@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ type Gate struct {
 	fresh, idle   list[tenant]          // guarded by mu
 	freePermits   *permitState          // guarded by mu: released permit states, for reuse
 	sampleTick    uint32                // guarded by mu
+	sampler       uint64                // guarded by mu: budgets' random sampling of holds (sampleRandLocked)
 	lastNow       int64                 // guarded by mu: latest clock reading
 	totals        counters              // guarded by mu
 	evicted       uint64                // guarded by mu
@@ -72,6 +74,8 @@ func New(cfg Config) (*Gate, error) {
 		classes:   classes,
 	}
 	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
+	g.sampler = rand.Uint64() | 1                                    // xorshift needs a state other than 0
+
 	g.closing, g.stopClosing = context.WithCancel(context.Background())
 	g.releaseTracer, _ = cfg.Tracer.(ReleaseTracer)
 	for name, p := range cfg.Plans {

@@ -71,8 +71,11 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			g.tenantsPeak = len(g.tenants)
 		}
 	}
-	t.plan, t.lookupMax, t.lookupTO, t.resolvedAt = plan, answer.MaxConns, answer.StatementTimeout, now
-	t.lookupIdle, t.lookupHold = answer.IdleInTransactionTimeout, answer.MaxHold
+	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
+	t.lookupLimits = nil
+	if answer.StatementTimeout > 0 || answer.IdleInTransactionTimeout > 0 || answer.MaxHold > 0 {
+		t.lookupLimits = &timeLimits{stmt: answer.StatementTimeout, idle: answer.IdleInTransactionTimeout, hold: answer.MaxHold}
+	}
 	g.applyLimitLocked(t)
 	return t, nil
 }

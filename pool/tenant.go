@@ -14,10 +14,11 @@ type planState struct {
 	weight    int    // guarded by Gate.mu: Plan.Weight, 0 made 1
 	version   uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
 	classCaps []int  // guarded by Gate.mu: the cap of each class (by index) for the plan's tenants; nil without classes
+	burst     int64  // guarded by Gate.mu: Plan.Budget's burst with its default, ns
 }
 
 func newPlanState(name string, p Plan, classes []*classState) *planState {
-	return &planState{name: name, Plan: p, weight: max(1, p.Weight), classCaps: classCaps(p, classes)}
+	return &planState{name: name, Plan: p, weight: max(1, p.Weight), classCaps: classCaps(p, classes), burst: p.Budget.burst()}
 }
 
 // tenant is the state of one tracked tenant. It is kept small (about 150
@@ -27,15 +28,14 @@ type tenant struct {
 	id   string
 	plan *planState // guarded by Gate.mu
 
-	cap       int           // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
-	limit     int           // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
-	lookupMax int           // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
-	lookupTO  time.Duration // guarded by Gate.mu: Lookup's StatementTimeout override, 0 for none
-	reserved  int           // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
-	inUse     int           // guarded by Gate.mu: permits granted and not released
+	cap       int // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
+	limit     int // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
+	lookupMax int // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
+	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
+	inUse     int // guarded by Gate.mu: permits granted and not released
 
-	lookupIdle time.Duration // guarded by Gate.mu: Lookup's IdleInTransactionTimeout override, 0 for none
-	lookupHold time.Duration // guarded by Gate.mu: Lookup's MaxHold override, 0 for none
+	limits       timeLimits  // guarded by Gate.mu: its work's time limits (the default class's), set with its cap
+	lookupLimits *timeLimits // guarded by Gate.mu: Lookup's overrides of its plan's time limits, nil for none
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 

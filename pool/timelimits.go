@@ -19,19 +19,27 @@ type timeLimits struct {
 	stmt, idle, hold time.Duration
 }
 
-// timeLimits returns the limits of t's work of class c: the tenant's
-// (Lookup's, else its plan's), each lowered by the class's.
+// ownTimeLimits returns the limits of t's work of the default class: its
+// plan's, each overridden by Lookup's where it gave one. Gate.applyLimitLocked
+// keeps t.limits to it, so that a grant only copies it.
+func (t *tenant) ownTimeLimits() timeLimits {
+	l := timeLimits{stmt: t.plan.StatementTimeout, idle: t.plan.IdleInTransactionTimeout, hold: t.plan.MaxHold}
+	if o := t.lookupLimits; o != nil {
+		l = timeLimits{stmt: lowest(l.stmt, o.stmt), idle: lowest(l.idle, o.idle), hold: lowest(l.hold, o.hold)}
+	}
+	return l
+}
+
+// timeLimits returns the limits of t's work of class c: t's own, each
+// lowered by the class's.
 func (t *tenant) timeLimits(c *classState) timeLimits {
-	l := timeLimits{
-		stmt: lowest(t.plan.StatementTimeout, t.lookupTO),
-		idle: lowest(t.plan.IdleInTransactionTimeout, t.lookupIdle),
-		hold: lowest(t.plan.MaxHold, t.lookupHold),
+	if c.index == 0 {
+		return t.limits
 	}
-	if c.index != 0 {
-		l.stmt = lower(l.stmt, c.StatementTimeout)
-		l.idle = lower(l.idle, c.IdleInTransactionTimeout)
-		l.hold = lower(l.hold, c.MaxHold)
-	}
+	l := t.limits
+	l.stmt = lower(l.stmt, c.StatementTimeout)
+	l.idle = lower(l.idle, c.IdleInTransactionTimeout)
+	l.hold = lower(l.hold, c.MaxHold)
 	return l
 }
 
