@@ -80,8 +80,8 @@ func roundTrip(t *testing.T, p *tenantdb.Pool, tenant string) time.Duration {
 
 // TestIdleTransactionEnded: a Tx whose holder sends nothing for its
 // plan's IdleInTransactionTimeout is rolled back and its slot and
-// connection returned, no sooner than the timeout and within it plus a
-// margin; the server session stays (the same backend serves the next
+// connection returned, no sooner than the timeout and before twice it
+// (plus round trips); the server session stays (the same backend serves the next
 // call, and the pool opened no other connection); the tenant at its cap
 // gets in again; every later use of the Tx, Commit and Rollback included,
 // fails with ErrIdleInTransaction (and pgx.ErrTxClosed), and the
@@ -109,9 +109,10 @@ func TestIdleTransactionEnded(t *testing.T) {
 	}
 	eventually(t, "the idle transaction's slot is back", func() bool { return p.TenantStat("a").InUse == 0 })
 	endedAfter := time.Since(lastSent)
-	// Generous for a loaded machine: the timer's lateness, and a rollback
-	// of at most a few round trips.
-	bound := idle + 200*time.Millisecond + 20*rtt
+	// Generous for a loaded machine: the timer's lateness (up to the
+	// timeout again), and a rollback of a few round trips. The numbers are
+	// in bench/results/budgets.md.
+	bound := 2*idle + 20*rtt
 	t.Logf("idle %v: ended %v after the last statement (round trip %v, bound %v)", idle, endedAfter.Round(time.Millisecond), rtt, bound)
 	if endedAfter < idle {
 		t.Errorf("ended %v after the last statement, before its IdleInTransactionTimeout %v", endedAfter, idle)
@@ -161,7 +162,9 @@ func TestIdleTransactionEnded(t *testing.T) {
 // shorter than its IdleInTransactionTimeout, and a statement that runs
 // longer than it, is not ended: it commits, well past the timeout.
 func TestWorkingTransactionNotEnded(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	// Pauses of a tenth of the timeout: a loaded machine's lateness to
+	// wake from them stays far below it.
+	const idle = time.Second
 	holdTable(t, "hold_working")
 	p := holdLimitsPool(t, idle, 0)
 	tx, err := p.Begin(as("a"))
@@ -169,14 +172,14 @@ func TestWorkingTransactionNotEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	for i := range 8 {
+	for i := range 12 { // 1.2 s of work in all, past the timeout
 		if _, err := tx.Exec(as("a"), "insert into hold_working values ($1)", i); err != nil {
 			t.Fatalf("statement %d of a working transaction: %v", i, err)
 		}
-		time.Sleep(idle / 3) // the holder's own think time, not synchronisation
+		time.Sleep(idle / 10) // the holder's own think time, not synchronisation
 	}
 	// A statement longer than the timeout: busy, not idle.
-	if _, err := tx.Exec(as("a"), "select pg_sleep($1::float8)", (2 * idle).Seconds()); err != nil {
+	if _, err := tx.Exec(as("a"), "select pg_sleep($1::float8)", (3 * idle / 2).Seconds()); err != nil {
 		t.Fatalf("a statement longer than the idle timeout: %v", err)
 	}
 	// Rows read slowly: busy until they are done.
@@ -185,7 +188,7 @@ func TestWorkingTransactionNotEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		time.Sleep(idle / 4) // slower than the timeout in all
+		time.Sleep(idle / 8) // 1.5 s for the 12 rows: longer than the timeout in all
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -195,8 +198,8 @@ func TestWorkingTransactionNotEnded(t *testing.T) {
 		t.Fatalf("commit of a transaction that kept working for %v under a %v idle timeout: %v", time.Since(began), idle, err)
 	}
 	var n int
-	if err := p.QueryRow(as("a"), "select count(*) from hold_working").Scan(&n); err != nil || n != 8 {
-		t.Errorf("committed rows: %d (%v), want 8", n, err)
+	if err := p.QueryRow(as("a"), "select count(*) from hold_working").Scan(&n); err != nil || n != 12 {
+		t.Errorf("committed rows: %d (%v), want 12", n, err)
 	}
 	if s := p.TenantStat("a"); s.IdleTimeouts != 0 {
 		t.Errorf("TenantStat: %d idle timeouts, want 0", s.IdleTimeouts)
@@ -234,7 +237,7 @@ func TestConnMaxHold(t *testing.T) {
 		}
 		eventually(t, "the Conn's slot is back", func() bool { return p.TenantStat("a").InUse == 0 })
 		endedAfter := time.Since(acquired)
-		bound := maxHold + 200*time.Millisecond + 20*rtt
+		bound := 2*maxHold + 20*rtt
 		t.Logf("MaxHold %v: ended %v after the acquire (round trip %v, bound %v)", maxHold, endedAfter.Round(time.Millisecond), rtt, bound)
 		if endedAfter < maxHold || endedAfter > bound {
 			t.Errorf("ended %v after the acquire, want from MaxHold %v to %v", endedAfter, maxHold, bound)
