@@ -83,10 +83,10 @@ func (g *Gate) budgetTimingLocked(t *tenant, now int64, sample bool) (int64, boo
 	if now != 0 || t.plan.Budget.Rate == 0 {
 		return now, sample
 	}
-	if expectedHold(t) >= exactHoldAbove {
-		return g.nowLocked(), false
+	if t.avgHold != 0 && t.avgHold < exactHoldAbove { // expectedHold(t) < exactHoldAbove
+		return 0, g.sampleRandLocked()%holdSampleEvery == 0
 	}
-	return 0, g.sampleRandLocked()%holdSampleEvery == 0
+	return g.nowLocked(), false
 }
 
 // sampleRandLocked is the next number of the Gate's sampler, a xorshift
@@ -154,9 +154,10 @@ func expectedHold(t *tenant) int64 {
 // now 0 it first looks with the last clock reading, which refills less
 // than the clock would, and reads the clock only if that is not enough.
 func (g *Gate) budgetAllowsLocked(t *tenant, pending int, now int64) bool {
-	if t.plan.Budget.Rate == 0 {
-		return true
-	}
+	return t.plan.Budget.Rate == 0 || g.budgetCoversLocked(t, pending, now) // inlined: no call without a budget
+}
+
+func (g *Gate) budgetCoversLocked(t *tenant, pending int, now int64) bool {
 	if now == 0 {
 		if g.lastNow != 0 && g.budgetLeftLocked(t, pending, g.lastNow) >= budgetNeed(t) {
 			return true
