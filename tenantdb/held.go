@@ -72,6 +72,9 @@ func (h *held) release(err *error) {
 		h.run.setup.release(h.conn, h.run.st)
 		h.conn = nil
 	}
+	if err != nil {
+		countStatementTimeout(h.permit, *err) // while the permit is held
+	}
 	h.permit.Release()
 	h.db.done()
 	if err != nil {
