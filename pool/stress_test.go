@@ -163,13 +163,20 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 	}
 	g.mu.Lock()
 	for _, c := range g.classes {
-		if c.used != 0 || c.waiting != 0 || c.ring.cursor != nil || c.reserved.head != nil {
-			t.Errorf("class %s bookkeeping off: %d used, %d waiting, ring %v, line %v",
-				c.name, c.used, c.waiting, c.ring.cursor != nil, c.reserved.head != nil)
+		if c.used != 0 || c.waiting != 0 {
+			t.Errorf("class %s bookkeeping off: %d used, %d waiting", c.name, c.used, c.waiting)
 		}
 	}
-	if g.reservedFree != g.reservedTotal {
-		t.Errorf("bookkeeping off: reservedFree %d reservedTotal %d", g.reservedFree, g.reservedTotal)
+	for _, s := range g.serverList {
+		for i, c := range s.classes {
+			if c.used != 0 || c.ring.cursor != nil || c.reserved.head != nil {
+				t.Errorf("server %q class %d bookkeeping off: %d used, ring %v, line %v",
+					s.name, i, c.used, c.ring.cursor != nil, c.reserved.head != nil)
+			}
+		}
+		if s.used != 0 || s.reservedFree != s.reservedTotal {
+			t.Errorf("server %q bookkeeping off: %d used, reservedFree %d reservedTotal %d", s.name, s.used, s.reservedFree, s.reservedTotal)
+		}
 	}
 	for id, tn := range g.tenants {
 		if tn.ad != nil && len(tn.ad.out) != 0 {

@@ -40,6 +40,10 @@ type tenant struct {
 	ad     *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 	bucket *bucket        // guarded by Gate.mu: nil until its plan's Budget is first checked
 
+	place *placed // guarded by Gate.mu: where its permits are granted (Config.Placement)
+	srv   *shared // guarded by Gate.mu: place.srv, the server whose capacity it takes
+	next  *placed // guarded by Gate.mu: a new placement, taken once it holds no capacity
+
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
 	planVersion       uint32       // guarded by Gate.mu: the plan's version its limits were computed from
