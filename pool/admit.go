@@ -96,7 +96,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if t.planVersion != t.plan.version {
 		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
 	} else if t.reserved < min(t.plan.ReservedConns, t.cap) {
-		g.reserveLocked(t) // a reservation that did not fit may fit now
+		g.reserveLocked(t)      // a reservation that did not fit may fit now
 		g.dispatchLocked(t.srv) // and its waiters may go first now
 	}
 	var l *lane // nil for the default class of a tenant that never waited nor used a class
