@@ -37,8 +37,8 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 	}()
 	ctx, h.guard = guardRevocation(ctx, permit)
 	pg := p.pg
-	if p.dbs != nil {
-		if h.db, err = p.dbs.use(ctx); err != nil {
+	if p.dbs != nil || p.servers != nil {
+		if h.db, err = p.use(ctx, permit); err != nil {
 			return ctx, held{}, err
 		}
 		pg = h.db.pg

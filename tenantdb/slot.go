@@ -35,8 +35,8 @@ func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
 		return nil, err
 	}
 	s := &Slot{permit: permit, pg: p.pg, session: p.session}
-	if p.dbs != nil {
-		if s.db, err = p.dbs.use(ctx); err != nil {
+	if p.dbs != nil || p.servers != nil {
+		if s.db, err = p.use(ctx, permit); err != nil {
 			permit.Release()
 			return nil, err
 		}
