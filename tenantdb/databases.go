@@ -41,6 +41,7 @@ const failHold = time.Second
 type databases struct {
 	name     func(tenantID string) (string, error) // Config.Database; nil with NewServers without it
 	server   string                                // the server's name with NewServers, else ""
+	down     atomic.Pointer[downState]             // with NewServers: set while the server is known down
 	template *pgxpool.Config
 	max      int
 	idleTTL  time.Duration
@@ -131,6 +132,7 @@ func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 		}
 		db.opens.Add(1)
 		d.totals.opens.Add(1)
+		d.up()
 		if afterConnect != nil {
 			return afterConnect(ctx, c)
 		}
@@ -184,6 +186,9 @@ func (d *databases) use(ctx context.Context) (*dbUse, error) {
 // template's own with "", or the error of its last failed connect while
 // that is recent.
 func (d *databases) useName(name string) (*dbUse, error) {
+	if err := d.checkDown(); err != nil {
+		return nil, err
+	}
 	var u *dbUse
 	if name == "" {
 		d.admin.busy.Add(1)
@@ -283,7 +288,10 @@ func (u *dbUse) done() {
 // connectError names db in err and, when err is a connect the server
 // failed, keeps it for failHold so that the tenant's next calls fail
 // without connecting.
-func (db *database) connectError(tenant string, err error) error {
+func (db *database) connectError(ctx context.Context, tenant string, err error) error {
+	if db.d.server != "" && serverDown(ctx, err) {
+		defer func() { db.d.markDown(err) }()
+	}
 	var ce *pgconn.ConnectError
 	where := fmt.Sprintf("database %q", db.name)
 	if db.d.server != "" {

@@ -47,7 +47,7 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 	if h.conn, err = p.session.acquire(withStatementTimeout(ctx, timeout), pg); err != nil {
 		if h.db != nil {
 			id, _ := TenantFrom(ctx)
-			err = h.db.connectError(id, err)
+			err = h.db.connectError(ctx, id, err)
 		}
 		return ctx, held{}, h.guard.wrap(err)
 	}

@@ -169,6 +169,9 @@ type ServerStat struct {
 	// InUse and Reserved are the gate's: its tenants' slots held, and the
 	// reservations in force on it.
 	InUse, Reserved int
+	// Down is whether the server is known down: its tenants' calls fail
+	// with ErrServerDown without connecting.
+	Down bool
 }
 
 // ServersStat returns one ServerStat per server, by name; nil for a Pool
@@ -180,7 +183,9 @@ func (p *Pool) ServersStat() []ServerStat {
 	gate := p.gate.AppendServerStat(nil)
 	out := make([]ServerStat, 0, len(gate))
 	for _, g := range gate {
-		out = append(out, ServerStat{Server: g.Server, DatabasesStat: p.servers[g.Server].stat(), InUse: g.InUse, Reserved: g.Reserved})
+		d := p.servers[g.Server]
+		out = append(out, ServerStat{Server: g.Server, DatabasesStat: d.stat(), InUse: g.InUse, Reserved: g.Reserved,
+			Down: d.down.Load() != nil})
 	}
 	return out
 }

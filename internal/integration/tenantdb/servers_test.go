@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -95,6 +96,12 @@ func placeOf(tenant string) (tenantdb.Placement, error) {
 // pool returns a Pool over the fleet, budget connections on each server.
 func (f *fleet) pool(t *testing.T, budget int32, cfg tenantdb.Config) *tenantdb.Pool {
 	t.Helper()
+	return f.poolWith(t, budget, cfg, nil)
+}
+
+// poolWith is pool, with edit applied to each server's config.
+func (f *fleet) poolWith(t *testing.T, budget int32, cfg tenantdb.Config, edit func(name string, c *pgxpool.Config)) *tenantdb.Pool {
+	t.Helper()
 	servers := map[string]*pgxpool.Config{}
 	for name, pg := range f.pgs {
 		c, err := pgxpool.ParseConfig(pg.DSN)
@@ -103,6 +110,9 @@ func (f *fleet) pool(t *testing.T, budget int32, cfg tenantdb.Config) *tenantdb.
 		}
 		c.MaxConns = budget
 		c.ConnConfig.RuntimeParams["application_name"] = serverApp
+		if edit != nil {
+			edit(name, c)
+		}
 		servers[name] = c
 	}
 	if cfg.Placement == nil {
@@ -163,6 +173,7 @@ func TestServers(t *testing.T) {
 	t.Run("EveryStatementOnItsTenantsServer", f.testEveryStatement)
 	t.Run("PlacementFailsClosed", f.testFailsClosed)
 	t.Run("FullServerHoldsOnlyItsTenants", f.testFullServer)
+	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
 // testEveryStatement runs 300 tenants over the three servers, through every
@@ -353,5 +364,107 @@ func (f *fleet) testFullServer(t *testing.T) {
 	if err := <-waiter; err != nil {
 		t.Fatal(err)
 	}
+	assertNothingHeld(t, p)
+}
+
+// testDownServer stops s2 and checks that, once a connect to it has failed,
+// its tenants' calls fail with ErrServerDown without dialling it again
+// (counted by the configs' DialFunc), while the other servers' tenants are
+// served; and that s2's tenants are served again once it is back.
+func (f *fleet) testDownServer(t *testing.T) {
+	var dials sync.Map // server name -> *atomic.Int64
+	for _, name := range f.names {
+		dials.Store(name, new(atomic.Int64))
+	}
+	dialsTo := func(name string) int64 { v, _ := dials.Load(name); return v.(*atomic.Int64).Load() }
+	p := f.poolWith(t, 4, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 2, MaxWaiting: tenantdb.Unbounded}},
+	}, func(name string, c *pgxpool.Config) {
+		c.ConnConfig.ConnectTimeout = 5 * time.Second
+		dialer := &net.Dialer{}
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			v, _ := dials.Load(name)
+			v.(*atomic.Int64).Add(1)
+			return dialer.DialContext(ctx, network, addr)
+		}
+	})
+	ctx := context.Background()
+	for _, tenant := range []string{"t000", "t001", "t002", "t005"} { // s0, s1, s2, s2
+		if _, err := p.Exec(as(tenant), "select 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.pgs["s2"].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = f.pgs["s2"].Start(ctx)
+		}
+	}()
+	// Its open connections fail as pgxpool finds them broken; then a connect
+	// fails, and the server is known down.
+	var err error
+	for range 20 {
+		if _, err = p.Exec(as("t002"), "select 1"); errors.Is(err, tenantdb.ErrServerDown) {
+			break
+		}
+	}
+	if !errors.Is(err, tenantdb.ErrServerDown) {
+		t.Fatalf("s2 stopped, 20 calls later: %v, want ErrServerDown", err)
+	}
+	before, start := dialsTo("s2"), time.Now()
+	var wg sync.WaitGroup
+	var downs, others, slowest atomic.Int64
+	for i := range 60 {
+		wg.Go(func() {
+			tenant := tenantN(i) // 20 on each server
+			callStart := time.Now()
+			_, err := p.Exec(as(tenant), "select 1")
+			took := int64(time.Since(callStart))
+			want, _ := placeOf(tenant)
+			switch {
+			case want.Server == "s2" && errors.Is(err, tenantdb.ErrServerDown):
+				downs.Add(1)
+				for old := slowest.Load(); took > old && !slowest.CompareAndSwap(old, took); old = slowest.Load() {
+				}
+			case want.Server != "s2" && err == nil:
+				others.Add(1)
+			default:
+				t.Errorf("%s on %s: %v", tenant, want.Server, err)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("s2's calls failed with ErrServerDown in at most %v each", time.Duration(slowest.Load()))
+	// One call per downHold (a second) tries again; the rest dial nothing.
+	tries := int64(time.Since(start)/time.Second) + 1
+	if d := dialsTo("s2") - before; d > tries {
+		t.Errorf("%d dials to s2 while it was known down for %v, want at most %d", d, time.Since(start), tries)
+	}
+	if downs.Load() < 20-tries || others.Load() != 40 {
+		t.Errorf("%d of s2's 20 calls failed with ErrServerDown, %d of the others' 40 were served", downs.Load(), others.Load())
+	}
+	var sst []tenantdb.ServerStat
+	sst = p.ServersStat()
+	if !sst[2].Down || sst[0].Down || sst[1].Down {
+		t.Errorf("ServersStat says down: s0 %v, s1 %v, s2 %v; want s2 only", sst[0].Down, sst[1].Down, sst[2].Down)
+	}
+
+	if err := f.pgs["s2"].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	admin, err := pgx.Connect(ctx, f.pgs["s2"].DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	f.admins["s2"] = admin
+	eventually(t, "s2's tenants are served again", func() bool {
+		_, err := p.Exec(as("t002"), "select 1")
+		return err == nil
+	})
 	assertNothingHeld(t, p)
 }
