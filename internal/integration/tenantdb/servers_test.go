@@ -173,6 +173,8 @@ func TestServers(t *testing.T) {
 	t.Run("EveryStatementOnItsTenantsServer", f.testEveryStatement)
 	t.Run("PlacementFailsClosed", f.testFailsClosed)
 	t.Run("FullServerHoldsOnlyItsTenants", f.testFullServer)
+	t.Run("SizingPerServer", f.testSizing)
+	t.Run("Program", f.testProgram)
 	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
@@ -467,4 +469,27 @@ func (f *fleet) testDownServer(t *testing.T) {
 		return err == nil
 	})
 	assertNothingHeld(t, p)
+}
+
+// testSizing checks each server's budget against that server's
+// max_connections.
+func (f *fleet) testSizing(t *testing.T) {
+	p := f.pool(t, 7, tenantdb.Config{})
+	got, err := p.CheckServers(context.Background(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []tenantdb.ServerSizing
+	for _, name := range f.names {
+		want = append(want, tenantdb.ServerSizing{Server: name, Processes: 3, Demand: 21,
+			MaxConnections: tenantdbtest.DefaultMaxConnections - 3}) // superuser_reserved_connections 3
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("CheckServers = %+v, want %+v", got, want)
+	}
+	for _, s := range got {
+		if !s.Fits() {
+			t.Errorf("%s: 3 × 7 does not fit in %d", s.Server, s.MaxConnections)
+		}
+	}
 }
