@@ -117,6 +117,9 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 		}
 		t.limit = t.ad.bound(g.adaptiveFloorLocked(t), limit)
 	}
+	if t.move != nil {
+		t.cap, t.limit = 0, 0 // draining: nothing more is granted until Resume
+	}
 	t.planVersion = t.plan.version
 	g.demoteLocked(t)
 	g.reserveLocked(t)

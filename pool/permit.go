@@ -159,6 +159,9 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 	if t.next != nil {
 		g.settleLocked(t)
 	}
+	if t.move != nil {
+		g.drainedLocked(t)
+	}
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
 	}

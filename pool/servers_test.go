@@ -196,3 +196,77 @@ func TestServersConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A drained tenant's new requests wait (or are rejected, by their queue
+// policy) while its permits in use finish; Resume places it anew and serves
+// them there. Other tenants on its server are not held.
+func TestDrainMovesATenant(t *testing.T) {
+	d := &directory{at: map[string]pool.Placement{"m": {Server: "a"}, "o": {Server: "a"}}}
+	g := mustNew(t, serversConfig(d))
+	inFlight := mustAcquire(t, g, "m")
+	dr, err := g.Drain(context.Background(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Drain(context.Background(), "m"); !errors.Is(err, pool.ErrMoving) {
+		t.Errorf("a second Drain: %v, want ErrMoving", err)
+	}
+	ch := acquireAsync(context.Background(), g, "m")
+	eventually(t, "m's new request waits", tenantWaitingIs(g, "m", 1))
+	mustAcquire(t, g, "o").Release() // the server's capacity is there, for others
+	select {
+	case <-dr.Done():
+		t.Fatal("Done before the permit in flight was released")
+	default:
+	}
+	if err := dr.Resume(&pool.Placement{Server: "b"}); err == nil {
+		t.Error("Resume with a placement while a permit is in use succeeded")
+	}
+	// That Resume ended the drain where the tenant was: m's request is served on a.
+	r := recv(t, ch)
+	if r.err != nil || r.p.Placement().Server != "a" {
+		t.Fatalf("after an early Resume: %v on %+v, want served on a", r.err, r.p.Placement())
+	}
+	r.p.Release()
+
+	dr, err = g.Drain(context.Background(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch = acquireAsync(context.Background(), g, "m")
+	eventually(t, "m's new request waits", tenantWaitingIs(g, "m", 1))
+	inFlight.Release()
+	<-dr.Done()
+	assertPending(t, ch, g, "m", 1)
+	d.set("m", pool.Placement{Server: "b"}) // the directory says so too, for the next refresh
+	if err := dr.Resume(&pool.Placement{Server: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	r = recv(t, ch)
+	if r.err != nil || r.p.Placement().Server != "b" {
+		t.Fatalf("after the move: %v on %+v, want served on b", r.err, r.p.Placement())
+	}
+	r.p.Release()
+	assertDrained(t, g)
+}
+
+// A drained tenant whose plan rejects over its cap is rejected, as over it.
+func TestDrainKeepsTheQueuePolicy(t *testing.T) {
+	d := &directory{at: map[string]pool.Placement{"m": {Server: "a"}}}
+	cfg := serversConfig(d)
+	cfg.Plans = map[string]pool.Plan{"p": {MaxConns: 2}} // MaxWaiting 0
+	g := mustNew(t, cfg)
+	dr, err := g.Drain(context.Background(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-dr.Done() // it held nothing
+	if _, err := g.Acquire(context.Background(), "m"); !errors.Is(err, pool.ErrOverLimit) {
+		t.Fatalf("during the drain: %v, want ErrOverLimit", err)
+	}
+	if err := dr.Resume(nil); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, g, "m").Release()
+	assertDrained(t, g)
+}
