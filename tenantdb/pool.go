@@ -31,6 +31,7 @@ type Pool struct {
 	dbs  *databases // nil without Config.Database
 
 	servers map[string]*databases // NewServers's, by server name; else nil
+	calls   *inflight             // with NewServers: each tenant's calls in flight, for Move; else nil
 
 	session *sessionSetup
 

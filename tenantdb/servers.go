@@ -76,7 +76,7 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 	session := newSessionSetup(cfg)
 	idleTTL := idleTTLOf(cfg)
 	p := &Pool{gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants,
-		servers: make(map[string]*databases, len(servers))}
+		servers: make(map[string]*databases, len(servers)), calls: &inflight{}}
 	for _, name := range names {
 		pgxCfg, trace := session.template(servers[name], cfg)
 		dbs := newDatabases(pgxCfg.Copy(), cfg, idleTTL)

@@ -19,7 +19,8 @@ type Slot struct {
 	permit  pool.Permit
 	pg      *pgxpool.Pool // the tenant's database's with Config.Database, else the shared
 	db      *dbUse        // nil without Config.Database
-	g       *revokeGuard  // nil without a revocable cluster lease
+	g       *revokeGuard  // nil without a revocable cluster lease, nor NewServers
+	calls   *inflight     // with NewServers: where g is registered under tenant, for Move
 	tenant  string
 	session *sessionSetup  // the Pool's, for LocalSettings
 	conn    *pgconn.PgConn // Attach's
@@ -43,7 +44,11 @@ func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
 		s.pg = s.db.pg
 	}
 	s.tenant, _ = TenantFrom(ctx)
-	_, s.g = guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
+	_, s.g = guardRevocation(context.Background(), permit, p.calls != nil) // the connection's calls bring their own contexts
+	if p.calls != nil {
+		s.calls = p.calls
+		s.calls.add(s.tenant, s.g)
+	}
 	return s, nil
 }
 
@@ -95,6 +100,7 @@ func (s *Slot) Detach() { s.g.stop() }
 // Release detaches the connection, if not done yet, and returns the slot to
 // its tenant. Only the first call has an effect.
 func (s *Slot) Release() {
+	s.calls.remove(s.tenant, s.g)
 	s.g.stop()
 	s.permit.Release()
 	s.db.done()

@@ -175,6 +175,8 @@ func TestServers(t *testing.T) {
 	t.Run("FullServerHoldsOnlyItsTenants", f.testFullServer)
 	t.Run("SizingPerServer", f.testSizing)
 	t.Run("Program", f.testProgram)
+	t.Run("MoveUnderLoad", f.testMoveUnderLoad)
+	t.Run("MoveEndsLongCalls", f.testMoveEndsLongCalls)
 	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
