@@ -109,7 +109,7 @@ func BenchmarkServers(b *testing.B) {
 			return all
 		}
 		quietTenants := []string{"t001", "t004", "t007", "t002", "t005", "t008"} // 3 on s1, 3 on s2
-		for i := range srvTenants {                                           // warm: each tenant's connection once
+		for i := range srvTenants {                                              // warm: each tenant's connection once
 			if _, err := call(ctx, fmt.Sprintf("t%03d", i), "select 1"); err != nil {
 				b.Fatal(err)
 			}
