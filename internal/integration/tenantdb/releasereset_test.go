@@ -363,6 +363,49 @@ func TestDeallocateAllKeepsOthersStatements(t *testing.T) {
 	}
 }
 
+// TestChangeOfTenantKeepsPgxStatements: the release reset keeps the
+// statements pgx prepared (DISCARD ALL less DEALLOCATE ALL), so another
+// tenant's call reuses them: the server still holds the statement prepared
+// for the first tenant, not a new one.
+func TestChangeOfTenantKeepsPgxStatements(t *testing.T) {
+	p := newPool(t, sharedPG, 1, tenantdb.Config{Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p"})
+	prepared := func(tenant string) (names []string, times []time.Time) {
+		var n int
+		if err := p.QueryRow(as(tenant), "select $1::int", 1).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		err := p.AcquireFunc(as(tenant), func(c tenantdb.Conn) error {
+			rows, err := c.Conn().Query(context.Background(), "select name, prepare_time from pg_prepared_statements where statement = 'select $1::int'", pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var name string
+				var at time.Time
+				if err := rows.Scan(&name, &at); err != nil {
+					return err
+				}
+				names, times = append(names, name), append(times, at)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names, times
+	}
+	names, times := prepared("a")
+	if len(names) != 1 {
+		t.Fatalf("after tenant a's query the server holds %d statements of it (%v), want pgx's one", len(names), names)
+	}
+	for _, tenant := range []string{"b", "c", "a"} {
+		gotNames, gotTimes := prepared(tenant)
+		if len(gotNames) != 1 || gotNames[0] != names[0] || !gotTimes[0].Equal(times[0]) {
+			t.Fatalf("after tenant %s's query the server holds %v prepared at %v, want %v prepared at %v (kept since tenant a)", tenant, gotNames, gotTimes, names, times)
+		}
+	}
+}
+
 // TestQueryOptionsInBothScopes: pgx's options among the arguments work
 // under ScopeTransaction as under ScopeSession (issue 51, item 8).
 func TestQueryOptionsInBothScopes(t *testing.T) {
