@@ -77,8 +77,11 @@ func (h *held) release(err *error) {
 	h.calls.remove(h.tenant, h.guard)
 	h.guard.stop()
 	if h.conn != nil {
-		h.conn.Release()
+		h.run.setup.release(h.conn, h.run.st)
 		h.conn = nil
+	}
+	if err != nil {
+		countStatementTimeout(h.permit, *err) // while the permit is held
 	}
 	h.permit.Release()
 	h.db.done()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 
@@ -34,10 +35,16 @@ type Sizing struct {
 	// TypicalDemand is the connections they may hold at once: that many
 	// tenants at the default plan's cap.
 	TypicalActiveTenants, TypicalDemand int
+	// TypicalSustained is what they hold on average over periods longer
+	// than a budget's burst: each at its cap, or at its plan's Budget.Rate
+	// when that is lower.
+	TypicalSustained float64
 
 	// ActiveTenants counts the tenants holding or waiting for a connection
-	// now; ActiveDemand adds up their caps.
+	// now; ActiveDemand adds up their caps, ActiveSustained their caps or
+	// budgets (as TypicalSustained).
 	ActiveTenants, ActiveDemand int
+	ActiveSustained             float64
 
 	// Warnings say where the configuration fails the check, one sentence
 	// each; none when it passes.
@@ -52,6 +59,21 @@ type PlanSizing struct {
 	// connection between them: MaxConns of the pool over the plan's, rounded
 	// up. At 1, one tenant can hold them all.
 	TenantsToFill int
+	// BudgetRate is the plan's Budget.Rate: the connections one of its
+	// tenants holds on average, over periods longer than its Burst; 0
+	// without a budget. SustainedTenantsToFill is TenantsToFill over such
+	// periods: with each tenant at the lower of its cap and BudgetRate.
+	BudgetRate             float64
+	SustainedTenantsToFill int
+}
+
+// sustained is what one tenant of a plan with cap maxConns and budget
+// rate holds on average: its cap, or its budget's rate when lower.
+func sustained(maxConns int, rate float64) float64 {
+	if rate > 0 && rate < float64(maxConns) {
+		return rate
+	}
+	return float64(maxConns)
 }
 
 // Sizing returns the sizing check for the plans in force and the tenants
@@ -61,10 +83,15 @@ func (p *Pool) Sizing() Sizing {
 	c := p.staticSizing()
 	c.Reserved = p.gate.Stat().Reserved
 	c.Databases = p.DatabasesStat().Databases
+	rates := make(map[string]float64, len(c.Plans))
+	for _, pl := range c.Plans {
+		rates[pl.Name] = pl.BudgetRate
+	}
 	for _, t := range p.gate.AppendTenantStat(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++
 			c.ActiveDemand += t.Limit
+			c.ActiveSustained += sustained(t.Limit, rates[t.Plan])
 		}
 	}
 	return c
@@ -84,7 +111,9 @@ func (p *Pool) staticSizing() Sizing {
 	for name, pl := range plans {
 		c.Plans = append(c.Plans, PlanSizing{
 			Name: name, MaxConns: pl.MaxConns, ReservedConns: pl.ReservedConns, Weight: max(1, pl.Weight),
-			TenantsToFill: (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
+			TenantsToFill:          (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
+			BudgetRate:             pl.Budget.Rate,
+			SustainedTenantsToFill: int(math.Ceil(float64(c.MaxConns)/sustained(pl.MaxConns, pl.Budget.Rate) - 1e-9)),
 		})
 		if pl.ReservedConns > 0 {
 			reserving++
@@ -93,17 +122,26 @@ func (p *Pool) staticSizing() Sizing {
 	slices.SortFunc(c.Plans, func(a, b PlanSizing) int { return strings.Compare(a.Name, b.Name) })
 	for _, pl := range c.Plans {
 		if pl.TenantsToFill == 1 && (reserving == 0 || reserving == 1 && pl.ReservedConns > 0) {
+			budget := ""
+			if pl.SustainedTenantsToFill > 1 {
+				budget = fmt.Sprintf(" for as long as its Budget's Burst lasts (%.3g on average)", pl.BudgetRate)
+			}
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
-				"plan %q: one busy tenant can hold all %d shared connections (its cap is %d) and no other plan reserves any; lower its cap or give the other plans ReservedConns",
-				pl.Name, c.MaxConns, pl.MaxConns))
+				"plan %q: one busy tenant can hold all %d shared connections (its cap is %d)%s and no other plan reserves any; lower its cap or give the other plans ReservedConns",
+				pl.Name, c.MaxConns, pl.MaxConns, budget))
 		}
 	}
 	if c.TypicalActiveTenants > 0 {
 		c.TypicalDemand = c.TypicalActiveTenants * plans[def].MaxConns
+		c.TypicalSustained = float64(c.TypicalActiveTenants) * sustained(plans[def].MaxConns, plans[def].Budget.Rate)
 		if c.TypicalDemand > c.MaxConns {
+			budget := ""
+			if c.TypicalSustained < float64(c.TypicalDemand) {
+				budget = fmt.Sprintf(" at once (%.3g on average under its Budget)", c.TypicalSustained)
+			}
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
-				"%d typically active tenants at the %q plan's cap of %d may hold %d connections, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
-				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, c.MaxConns))
+				"%d typically active tenants at the %q plan's cap of %d may hold %d connections%s, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
+				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, budget, c.MaxConns))
 		}
 		if p.dbs != nil && c.TypicalActiveTenants > c.MaxConns {
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
@@ -181,9 +219,9 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, er
 	}
 	if p.servers != nil {
 		name := p.Servers()[0]
-		return checkServer(ctx, p.servers[name].admin.pg, name, processes, p.servers[name].budget.max)
+		return p.checkServer(ctx, p.servers[name].admin.pg, name, processes, p.servers[name].budget.max)
 	}
-	return checkServer(ctx, p.pg, "", processes, p.gate.Capacity())
+	return p.checkServer(ctx, p.pg, "", processes, p.gate.Capacity())
 }
 
 // CheckServers is CheckServer for every server of a Pool made by
@@ -201,7 +239,7 @@ func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing,
 	var out []ServerSizing
 	for _, name := range p.Servers() {
 		d := p.servers[name]
-		s, err := checkServer(ctx, d.admin.pg, name, processes, d.budget.max)
+		s, err := p.checkServer(ctx, d.admin.pg, name, processes, d.budget.max)
 		if err != nil {
 			return out, err
 		}
@@ -212,7 +250,7 @@ func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing,
 
 // checkServer is CheckServer on pg, whose server may be opened budget
 // connections by each of processes.
-func checkServer(ctx context.Context, pg *pgxpool.Pool, name string, processes, budget int) (ServerSizing, error) {
+func (p *Pool) checkServer(ctx context.Context, pg *pgxpool.Pool, name string, processes, budget int) (ServerSizing, error) {
 	s := ServerSizing{Server: name, Processes: processes, Demand: processes * budget}
 	what := "tenantdb: CheckServer"
 	if name != "" {
@@ -222,7 +260,7 @@ func checkServer(ctx context.Context, pg *pgxpool.Pool, name string, processes, 
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", what, err)
 	}
-	defer c.Release()
+	defer p.session.release(c, nil)
 	var pid uint32
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
 		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)
