@@ -2,6 +2,9 @@ package tenantdb
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,6 +22,17 @@ type held struct {
 	db     *dbUse    // the tenant's database with Config.Database, else nil
 	calls  *inflight // with NewServers: where the guard is registered under tenant, for Move
 	tenant string
+}
+
+// hold is holdConn traced by the user's AcquireTracer. As in pgxpool, a
+// panic in a hook ends the trace too, with neither connection nor error.
+func (p *Pool) hold(ctx context.Context) (_ context.Context, h held, err error) {
+	if p.acquireTrace == nil {
+		return p.holdConn(ctx)
+	}
+	ctx, end := p.acquireTrace.start(ctx, p.pg)
+	defer func() { end(h.conn, err) }()
+	return p.holdConn(ctx)
 }
 
 // holdConn admits the tenant in ctx and acquires a shared connection for it.
@@ -64,6 +78,38 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 	}
 	ok = true
 	return ctx, h, nil
+}
+
+// admit takes a slot for the tenant in ctx.
+func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
+	id, ok := TenantFrom(ctx)
+	if !ok {
+		return pool.Permit{}, errNoTenantInContext
+	}
+	permit, err := p.gate.Acquire(ctx, id)
+	if err != nil && errors.Is(err, pool.ErrInvalidTenant) {
+		return pool.Permit{}, fmt.Errorf("%w: %w", ErrNoTenant, err)
+	}
+	return permit, err
+}
+
+// timeoutKey is the context key under which hold passes a permit's
+// statement timeout to the PrepareConn hook.
+type timeoutKey struct{}
+
+// withStatementTimeout returns ctx carrying d for prepare, or ctx itself
+// when d is 0, so that calls without a timeout allocate nothing for it.
+func withStatementTimeout(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, timeoutKey{}, d)
+}
+
+// statementTimeoutFrom returns the timeout withStatementTimeout put in ctx.
+func statementTimeoutFrom(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(timeoutKey{}).(time.Duration)
+	return d
 }
 
 // release stops the guard, returns the connection and then the slot, and

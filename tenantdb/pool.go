@@ -182,19 +182,6 @@ func (p *Pool) Close() {
 	})
 }
 
-// admit takes a slot for the tenant in ctx.
-func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
-	id, ok := TenantFrom(ctx)
-	if !ok {
-		return pool.Permit{}, errNoTenantInContext
-	}
-	permit, err := p.gate.Acquire(ctx, id)
-	if err != nil && errors.Is(err, pool.ErrInvalidTenant) {
-		return pool.Permit{}, fmt.Errorf("%w: %w", ErrNoTenant, err)
-	}
-	return permit, err
-}
-
 // Ping checks that the server answers. With a tenant in ctx it is that
 // tenant's call, taking one of its slots like every other. Without one it is
 // a health check: it takes no tenant slot (so no tenant's cap can reject it)

@@ -352,25 +352,6 @@ func timeoutMillis(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
-// timeoutKey is the context key under which hold passes a permit's
-// statement timeout to the PrepareConn hook.
-type timeoutKey struct{}
-
-// withStatementTimeout returns ctx carrying d for prepare, or ctx itself
-// when d is 0, so that calls without a timeout allocate nothing for it.
-func withStatementTimeout(ctx context.Context, d time.Duration) context.Context {
-	if d <= 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, timeoutKey{}, d)
-}
-
-// statementTimeoutFrom returns the timeout withStatementTimeout put in ctx.
-func statementTimeoutFrom(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(timeoutKey{}).(time.Duration)
-	return d
-}
-
 // install chains the hooks before the pgxCfg's own: connect before its
 // AfterConnect, prepare before its PrepareConn (or its deprecated
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
