@@ -152,6 +152,12 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		t.violations += int64(len(vs))
 		fmt.Fprintf(out, "isocheck: %s (seed %d, MaxConns %d): %d operations, %d faults, %d hostile statements, %d violations in %v\n",
 			c.name, seed, ro.maxConns, rc.ops.Load(), rc.faults.Load(), rc.hostiles.Load(), len(vs), time.Since(start).Round(time.Millisecond))
+		if d, r := rc.dbDrops.Load(), rc.redisOut.Load(); d+r > 0 {
+			fmt.Fprintf(out, "  of the faults: %d databases dropped and created again, %d Redis cut-offs\n", d, r)
+		}
+		if a := rc.adapters; a != nil {
+			fmt.Fprintf(out, "  through the adapters: %d HTTP requests, %d jobs accepted and run\n", a.nextCall.Load(), a.ran.Load())
+		}
 		if top := rc.topAccepted(3); top != "" {
 			fmt.Fprintf(out, "  accepted errors%s\n", top)
 		}
