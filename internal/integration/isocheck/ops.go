@@ -335,7 +335,14 @@ func (rc *runCtx) send(ctx context.Context, o op, p path, q string, args []any, 
 			err = nil
 		}
 		c.Release()
-		if _, uerr := copyOf.Exec(ctx, "select 1"); !errors.Is(uerr, tenantdb.ErrConnReleased) {
+		// With a context already ended: a statement that tenantdb lets
+		// through reaches pgx's connection while another holder (or the
+		// reset at release) uses it, and pgx may panic the whole checker
+		// ("slow write timer already active", seen with issue 31, 1
+		// reintroduced). tenantdb must refuse it before pgx sees it.
+		ended, end := context.WithCancel(ctx)
+		end()
+		if _, uerr := copyOf.Exec(ended, "select 1"); !errors.Is(uerr, tenantdb.ErrConnReleased) {
 			bad = append(bad, fmt.Sprintf("a copy of a released Conn ran a statement: %v", uerr))
 		}
 		return err, bad
