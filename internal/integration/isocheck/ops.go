@@ -64,9 +64,10 @@ type op struct {
 	cancel   bool // cancel instead of a deadline
 	probeDL  time.Duration
 	nonce    int32
-	hVia     via  // how the first statement reaches its path
-	pVia     via  // how the probe reaches its path
-	badRole  bool // a call of the tenant whose Session.Role does not exist (badrole.go)
+	hVia     via           // how the first statement reaches its path
+	pVia     via           // how the probe reaches its path
+	badRole  bool          // a call of the tenant whose Session.Role does not exist (badrole.go)
+	cut      time.Duration // for a hostile statement with a cut: when its context ends
 }
 
 func (o op) String() string {
@@ -156,6 +157,12 @@ func genOp(r, r2 *rand.Rand, c config, worker int) op {
 	if o.hPath == pathAcquire && r2.IntN(2) == 0 {
 		o.hPath = pathConnTx
 	}
+	// A cut from its catalog entry's up to 2 s: a short one mostly ends
+	// while the call still waits for a connection, a long one while the
+	// statement runs, so that its cancel request must go out (issue 51, 2).
+	if o.hostile >= 0 && catalog[o.hostile].cut > 0 {
+		o.cut = catalog[o.hostile].cut + time.Duration(r2.IntN(1700))*time.Millisecond
+	}
 	return o
 }
 
@@ -207,8 +214,8 @@ func (rc *runCtx) exec(o op) []string {
 			args = []any{tenant, rc.runID}
 		}
 		d, c := o.deadline, o.cancel
-		if h != nil && h.cut > 0 && (d == 0 || d > h.cut) {
-			d, c = h.cut, false
+		if h != nil && o.cut > 0 && (d == 0 || d > o.cut) {
+			d, c = o.cut, false
 		}
 		ctx, cancel := rc.opCtx(o, d, c)
 		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
