@@ -96,6 +96,8 @@ func (rc *runCtx) rest() bool {
 // cleanIdle takes every connection of the pool at once for good tenants,
 // runs a statement on each and gives them back: each is reset at release,
 // and a dirty one that cannot be is closed now, not in the bad tenant's calls.
+// It reports false when it could not take them all (a hostile ALTER ROLE
+// refuses new connections for a while) or the pool did not come to rest.
 func (rc *runCtx) cleanIdle() bool {
 	if !rc.rest() {
 		return false
@@ -120,9 +122,10 @@ func (rc *runCtx) cleanIdle() bool {
 		}
 		cancel()
 	}
+	all := len(held) == n // else a connection may be left dirty: nothing can be told
 	for _, c := range held {
 		c.Release()
 	}
 	held = nil
-	return rc.rest()
+	return rc.rest() && all
 }
