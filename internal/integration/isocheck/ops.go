@@ -67,12 +67,16 @@ type op struct {
 	hVia     via           // how the first statement reaches its path
 	pVia     via           // how the probe reaches its path
 	badRole  bool          // a call of the tenant whose Session.Role does not exist (badrole.go)
-	cut      time.Duration // for a hostile statement with a cut: when its context ends
+	cut      time.Duration // for a hostile statement with a cut, or a burst: when its context ends
+	burst    bool          // the budget filled with long statements whose deadlines end (burst.go)
 }
 
 func (o op) String() string {
 	if o.badRole {
 		return fmt.Sprintf("w%d %s via %s (its role does not exist)", o.worker, badTenant, o.hPath)
+	}
+	if o.burst {
+		return fmt.Sprintf("w%d t%d burst of pg_sleep(20), deadline %v", o.worker, o.tenant, o.cut)
 	}
 	s := fmt.Sprintf("w%d t%d", o.worker, o.tenant)
 	if o.hostile >= 0 {
@@ -163,6 +167,9 @@ func genOp(r, r2 *rand.Rand, c config, worker int) op {
 	if o.hostile >= 0 && catalog[o.hostile].cut > 0 {
 		o.cut = catalog[o.hostile].cut + time.Duration(r2.IntN(1700))*time.Millisecond
 	}
+	if c.database && r2.IntN(50) == 0 {
+		o.burst, o.cut = true, time.Duration(500+r2.IntN(1500))*time.Millisecond
+	}
 	return o
 }
 
@@ -188,6 +195,9 @@ func (rc *runCtx) opCtx(o op, d time.Duration, cancel bool) (context.Context, co
 func (rc *runCtx) exec(o op) []string {
 	if o.badRole {
 		return rc.execBadRole(o)
+	}
+	if o.burst {
+		return rc.execBurst(o)
 	}
 	tenant := rc.env.tenants[o.tenant]
 	var bad []string
