@@ -71,8 +71,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		d.Class = class.name
 	}
 	var now int64
-	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled || g.budgets.Load() {
-		now = g.clock() // Lookup answers expire; traced, adaptive and budgeted permits are all timed
+	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
+		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -120,6 +120,9 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		g.countLocked(t, l, class, Acquired)
 		g.sampleTick++
 		sample := g.sampleTick%holdSampleEvery == 0
+		if t.bucket != nil {
+			now, sample = g.budgetTimingLocked(t, now, sample) // see bucket
+		}
 		if now != 0 {
 			p.s.start, p.s.weight = now, 1
 			g.heldLocked(t, class, now)

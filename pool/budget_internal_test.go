@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -115,4 +116,91 @@ func TestBudgetMaxWait(t *testing.T) {
 	if s, _ := g.TenantStat("a"); s.TimedOut != 1 || s.OverBudget != 1 || s.Rejected != 0 {
 		t.Fatalf("TimedOut %d, OverBudget %d, Rejected %d; want 1, 1, 0", s.TimedOut, s.OverBudget, s.Rejected)
 	}
+}
+
+// TestBudgetSampledHolds: a tenant whose holds are shorter than
+// exactHoldAbove has them sampled (the clock is read for far fewer than the
+// two readings per permit that timing every hold takes), and its budget is
+// still charged what it held, in expectation, whatever the mix of its
+// holds: a long hold among short ones is not free because it was not
+// sampled. A tenant with longer holds has every one timed and charged
+// exactly.
+func TestBudgetSampledHolds(t *testing.T) {
+	newGate := func(t *testing.T) (*Gate, *fakeClock, *int) {
+		g, clock := newTestGate(t, Config{Capacity: 10, Plans: map[string]Plan{
+			"metered": {MaxConns: 5, Budget: Budget{Rate: 1e6, Burst: time.Hour}},
+		}})
+		reads, inner := new(int), g.clock
+		g.clock = func() int64 { *reads++; return inner() }
+		return g, clock, reads
+	}
+	run := func(t *testing.T, g *Gate, clock *fakeClock, holds []time.Duration) (held time.Duration) {
+		for _, h := range holds {
+			p := acquire(t, g, "a")
+			clock.advance(h)
+			p.Release()
+			held += h
+		}
+		return held
+	}
+	const short, long = 10 * time.Microsecond, 10 * time.Millisecond
+
+	t.Run("short holds are sampled", func(t *testing.T) {
+		g, clock, reads := newGate(t)
+		holds := make([]time.Duration, 20000)
+		for i := range holds {
+			holds[i] = short
+		}
+		held := run(t, g, clock, holds)
+		s, _ := g.TenantStat("a")
+		perPermit := float64(*reads) / float64(len(holds))
+		t.Logf("%d permits of %v: %.3f clock readings per permit; charged %v of %v held", len(holds), short, perPermit, s.BudgetUsed, held)
+		if perPermit > 0.3 {
+			t.Errorf("%.3f clock readings per permit, want about 2/%d: short holds are to be sampled", perPermit, holdSampleEvery)
+		}
+		if d := float64(s.BudgetUsed-held) / float64(held); d < -0.05 || d > 0.05 {
+			t.Errorf("charged %v for %v held", s.BudgetUsed, held)
+		}
+	})
+	for _, mix := range []struct {
+		name string
+		long func(i int, rng *rand.Rand) bool
+	}{
+		{"one long hold in 16 at random", func(_ int, rng *rand.Rand) bool { return rng.IntN(16) == 0 }},
+		{"long holds between the Gate's ticks", func(i int, _ *rand.Rand) bool { return i%16 != 15 && i%64 < 8 }},
+	} {
+		t.Run(mix.name, func(t *testing.T) {
+			g, clock, _ := newGate(t)
+			rng := rand.New(rand.NewPCG(46, 1))
+			holds := make([]time.Duration, 120000) // a few percent of standard deviation: see bucket
+			for i := range holds {
+				holds[i] = short
+				if mix.long(i, rng) {
+					holds[i] = long
+				}
+			}
+			held := run(t, g, clock, holds)
+			s, _ := g.TenantStat("a")
+			d := float64(s.BudgetUsed-held) / float64(held)
+			t.Logf("charged %v of %v held (%+.1f%%)", s.BudgetUsed, held, 100*d)
+			if d < -0.2 || d > 0.2 { // five standard deviations
+				t.Errorf("charged %v for %v held: the long holds went uncharged", s.BudgetUsed, held)
+			}
+		})
+	}
+	t.Run("long holds are all timed", func(t *testing.T) {
+		g, clock, reads := newGate(t)
+		holds := make([]time.Duration, 100)
+		for i := range holds {
+			holds[i] = time.Duration(100+i) * time.Microsecond
+		}
+		held := run(t, g, clock, holds)
+		s, _ := g.TenantStat("a")
+		if s.BudgetUsed != held || s.HoldTime != held {
+			t.Errorf("charged %v, HoldTime %v, for %v held: every hold at or above %v is timed", s.BudgetUsed, s.HoldTime, held, time.Duration(exactHoldAbove))
+		}
+		if *reads < 2*len(holds) {
+			t.Errorf("%d clock readings for %d permits, want at least 2 each", *reads, len(holds))
+		}
+	})
 }

@@ -74,6 +74,12 @@ type Class struct {
 	// work on the server, below its tenant's (Plan.StatementTimeout): the
 	// smaller of the two applies. Default 0: the tenant's.
 	StatementTimeout time.Duration
+
+	// IdleInTransactionTimeout and MaxHold, when positive, bound the
+	// class's transactions and held connections below its tenant's
+	// (Plan.IdleInTransactionTimeout, Plan.MaxHold): the smaller applies.
+	// Default 0: the tenant's.
+	IdleInTransactionTimeout, MaxHold time.Duration
 }
 
 // classState is a class in force in a Gate. Gate.classes[0] is the default
@@ -187,6 +193,10 @@ func newClasses(cfg *Config) ([]*classState, error) {
 			return nil, bad("MaxWait must not be negative, got %v", c.MaxWait)
 		case c.StatementTimeout < 0:
 			return nil, bad("StatementTimeout must not be negative, got %v", c.StatementTimeout)
+		case c.IdleInTransactionTimeout < 0:
+			return nil, bad("IdleInTransactionTimeout must not be negative, got %v", c.IdleInTransactionTimeout)
+		case c.MaxHold < 0:
+			return nil, bad("MaxHold must not be negative, got %v", c.MaxHold)
 		case !(c.MaxShare > 0 && c.MaxShare <= 1):
 			return nil, bad("MaxShare must be above 0 and at most 1, got %v", c.MaxShare)
 		case !(c.MinShare > 0 && c.MinShare <= c.MaxShare):

@@ -65,6 +65,18 @@ type Plan struct {
 	// Budget, when its Rate is positive, gives each of the plan's tenants
 	// a share of connection-time (see Budget). Default: none, only the cap.
 	Budget Budget
+
+	// IdleInTransactionTimeout ends a transaction (a tenantdb Tx, or a
+	// Conn inside one) whose holder has sent nothing for this long: it is
+	// rolled back, its connection and slot are returned, and its later uses
+	// fail. Unlike PostgreSQL's idle_in_transaction_session_timeout it costs
+	// no server session. Default 0: never.
+	IdleInTransactionTimeout time.Duration
+
+	// MaxHold ends a tenantdb Tx or Conn held longer than this, as
+	// IdleInTransactionTimeout does; a statement running then ends first
+	// (StatementTimeout bounds it). Default 0: never.
+	MaxHold time.Duration
 }
 
 // Tenant is what a Lookup says about one tenant.
@@ -77,6 +89,9 @@ type Tenant struct {
 	// StatementTimeout, when positive, overrides the plan's
 	// StatementTimeout for this tenant. 0 means the plan's.
 	StatementTimeout time.Duration
+	// IdleInTransactionTimeout and MaxHold, when positive, override the
+	// plan's for this tenant. 0 means the plan's.
+	IdleInTransactionTimeout, MaxHold time.Duration
 }
 
 // Config configures a Gate, and a tenantdb.Pool, whose tenantdb.Config is
@@ -313,6 +328,10 @@ func (p Plan) validate(name string, capacity, maxReserved int) error {
 		return bad("%v", p.Budget.validate())
 	case p.StatementTimeout < 0:
 		return bad("StatementTimeout must not be negative, got %v", p.StatementTimeout)
+	case p.IdleInTransactionTimeout < 0:
+		return bad("IdleInTransactionTimeout must not be negative, got %v", p.IdleInTransactionTimeout)
+	case p.MaxHold < 0:
+		return bad("MaxHold must not be negative, got %v", p.MaxHold)
 	case p.ReservedConns > maxReserved:
 		return bad("ReservedConns %d is above MaxReserved %d (capacity %d)", p.ReservedConns, maxReserved, capacity)
 	}

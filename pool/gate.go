@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,7 @@ type Gate struct {
 	releaseTracer ReleaseTracer // cfg.Tracer, if it implements ReleaseTracer
 	epoch         time.Time
 	clock         func() int64       // ns since epoch, monotonic; replaced in tests
-	budgets       atomic.Bool        // whether a plan has or had a Budget: then every hold is timed
+	budgets       atomic.Bool        // whether a plan has or had a Budget: then a traced admission reports it
 	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
 	stopClosing   context.CancelFunc // cancels closing
 
@@ -37,6 +38,7 @@ type Gate struct {
 	fresh, idle   list[tenant]          // guarded by mu
 	freePermits   *permitState          // guarded by mu: released permit states, for reuse
 	sampleTick    uint32                // guarded by mu
+	sampler       uint64                // guarded by mu: budgets' random sampling of holds (sampleRandLocked)
 	lastNow       int64                 // guarded by mu: latest clock reading
 	totals        counters              // guarded by mu
 	evicted       uint64                // guarded by mu
@@ -72,6 +74,8 @@ func New(cfg Config) (*Gate, error) {
 		classes:   classes,
 	}
 	g.clock = func() int64 { return int64(time.Since(g.epoch)) + 1 } // never 0: 0 means "not measured"
+	g.sampler = rand.Uint64() | 1                                    // xorshift needs a state other than 0
+
 	g.closing, g.stopClosing = context.WithCancel(context.Background())
 	g.releaseTracer, _ = cfg.Tracer.(ReleaseTracer)
 	for name, p := range cfg.Plans {
@@ -160,6 +164,9 @@ func (g *Gate) Acquire(ctx context.Context, tenantID string) (Permit, error) {
 	p, err := g.acquire(ctx, tenantID, &d)
 	if p.s != nil {
 		p.s.ctx = tctx // only this goroutine knows p yet
+	}
+	if d.Plan != "" && g.budgets.Load() {
+		g.traceBudget(&d)
 	}
 	d.Err = err
 	ended := false

@@ -53,7 +53,7 @@ func (g *Gate) SetPlan(name string, p Plan) error {
 		g.mu.Unlock()
 		return nil
 	}
-	ps.Plan, ps.weight, ps.classCaps = p, max(1, p.Weight), classCaps(p, g.classes)
+	ps.Plan, ps.weight, ps.classCaps, ps.burst = p, max(1, p.Weight), classCaps(p, g.classes), p.Budget.burst()
 	ps.version++
 	g.mu.Unlock()
 	g.forEachTenant(func(t *tenant) {
@@ -111,6 +111,7 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 	}
 	t.cap = limit
 	t.limit = limit
+	t.limits = t.ownTimeLimits()
 	if g.cfg.Adaptive.Enabled {
 		if t.ad == nil {
 			t.ad = newAdaptiveLimit(g.adaptiveFloorLocked(t), g.nowLocked())

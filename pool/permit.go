@@ -27,7 +27,7 @@ type permitState struct {
 	start   int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
 	weight  int64           // guarded by g.mu: how many permits a measured hold stands for
 	lease   ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
-	stmtTO  time.Duration   // set at grant, before the holder sees the permit: its statement timeout
+	limits  timeLimits      // set at grant, before the holder sees the permit: its time limits
 	charged int64           // guarded by g.mu: ns its grant charged to its tenant's budget
 	next    *permitState    // guarded by g.mu: in the free list
 }
@@ -49,7 +49,7 @@ func (p Permit) Release() {
 	tctx := s.ctx
 	var rd TraceReleaseData
 	if g.releaseTracer != nil {
-		rd.Tenant, rd.Plan = s.t.id, s.t.plan.name
+		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0
 		if s.class.index != 0 {
 			rd.Class = s.class.name
 		}
@@ -61,17 +61,6 @@ func (p Permit) Release() {
 		rd.Hold = time.Duration(hold)
 		g.releaseTracer.TraceRelease(tctx, g, rd)
 	}
-}
-
-// StatementTimeout returns the statement timeout of the permit's work: its
-// tenant's (Tenant.StatementTimeout, else Plan.StatementTimeout) at the
-// grant, lowered by its class's; 0 for none. Only the permit's holder may
-// call it, before Release.
-func (p Permit) StatementTimeout() time.Duration {
-	if p.s == nil {
-		return 0
-	}
-	return p.s.stmtTO
 }
 
 // Revoked returns a channel closed when the permit's cluster lease is
@@ -122,7 +111,7 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 		}
 	}
 	if t.bucket != nil {
-		g.chargeReleaseLocked(t, s, hold*s.weight, now)
+		g.chargeReleaseLocked(t, s, hold, now)
 	}
 	s.gen++
 	lease = s.lease
@@ -176,7 +165,7 @@ func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 	} else {
 		s = &permitState{g: g}
 	}
-	s.t, s.class, s.stmtTO = t, c, t.statementTimeout(c)
+	s.t, s.class, s.limits = t, c, t.timeLimits(c)
 	g.chargeGrantLocked(t, s, now)
 	return Permit{s: s, gen: s.gen}
 }

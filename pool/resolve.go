@@ -51,9 +51,10 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
 			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity))
 	}
-	if answer.StatementTimeout < 0 {
-		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q a negative StatementTimeout %v",
-			ErrInvalidConfig, id, answer.StatementTimeout))
+	if answer.StatementTimeout < 0 || answer.IdleInTransactionTimeout < 0 || answer.MaxHold < 0 {
+		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q a negative time limit: "+
+			"StatementTimeout %v, IdleInTransactionTimeout %v, MaxHold %v",
+			ErrInvalidConfig, id, answer.StatementTimeout, answer.IdleInTransactionTimeout, answer.MaxHold))
 	}
 	now := g.nowLocked()
 	t := g.tenants[id] // it may have been created while the lock was released
@@ -70,7 +71,11 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			g.tenantsPeak = len(g.tenants)
 		}
 	}
-	t.plan, t.lookupMax, t.lookupTO, t.resolvedAt = plan, answer.MaxConns, answer.StatementTimeout, now
+	t.plan, t.lookupMax, t.resolvedAt = plan, answer.MaxConns, now
+	t.lookupLimits = nil
+	if answer.StatementTimeout > 0 || answer.IdleInTransactionTimeout > 0 || answer.MaxHold > 0 {
+		t.lookupLimits = &timeLimits{stmt: answer.StatementTimeout, idle: answer.IdleInTransactionTimeout, hold: answer.MaxHold}
+	}
 	g.applyLimitLocked(t)
 	return t, nil
 }

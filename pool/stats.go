@@ -37,6 +37,13 @@ type TenantStat struct {
 	// TimedOut), so Rejected+TimedOut-OverBudget were refused by the cap.
 	BudgetUsed, BudgetLeft time.Duration
 	OverBudget             uint64
+	// Budgeted reports that the tenant's plan has a Budget now.
+	Budgeted bool
+	// StatementTimeouts, IdleTimeouts and HoldTimeouts count the work its
+	// holder ended for a time limit (Permit.Exceeded): statements past
+	// StatementTimeout, transactions idle for IdleInTransactionTimeout,
+	// holds past MaxHold.
+	StatementTimeouts, IdleTimeouts, HoldTimeouts uint64
 	// Classes has one entry per class, the default class first, with
 	// Config.Classes set; else nil. The entries add up to the tenant:
 	// their Acquired, Rejected, TimedOut, Cancelled, WaitTime, HoldTime,
@@ -160,10 +167,14 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 		AvgHold: time.Duration(t.avgHold),
 	}
 	if t.plan.Budget.Rate > 0 {
+		s.Budgeted = true
 		s.BudgetLeft = time.Duration(g.budgetLeftLocked(t, pendingSlots(t), g.nowLocked()))
 	}
 	if b := t.bucket; b != nil {
 		s.BudgetUsed, s.OverBudget = time.Duration(b.used), b.refused
+	}
+	if e := t.exceeded; e != nil {
+		s.StatementTimeouts, s.IdleTimeouts, s.HoldTimeouts = e[LimitStatement], e[LimitIdleInTransaction], e[LimitMaxHold]
 	}
 	if len(g.classes) > 1 {
 		s.Classes = make([]ClassStat, len(g.classes))

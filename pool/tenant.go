@@ -14,10 +14,11 @@ type planState struct {
 	weight    int    // guarded by Gate.mu: Plan.Weight, 0 made 1
 	version   uint32 // guarded by Gate.mu: bumped by SetPlan; tenants behind it re-apply their limits
 	classCaps []int  // guarded by Gate.mu: the cap of each class (by index) for the plan's tenants; nil without classes
+	burst     int64  // guarded by Gate.mu: Plan.Budget's burst with its default, ns
 }
 
 func newPlanState(name string, p Plan, classes []*classState) *planState {
-	return &planState{name: name, Plan: p, weight: max(1, p.Weight), classCaps: classCaps(p, classes)}
+	return &planState{name: name, Plan: p, weight: max(1, p.Weight), classCaps: classCaps(p, classes), burst: p.Budget.burst()}
 }
 
 // tenant is the state of one tracked tenant. It is kept small (about 150
@@ -27,18 +28,22 @@ type tenant struct {
 	id   string
 	plan *planState // guarded by Gate.mu
 
-	cap       int           // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
-	limit     int           // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
-	lookupMax int           // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
-	lookupTO  time.Duration // guarded by Gate.mu: Lookup's StatementTimeout override, 0 for none
-	reserved  int           // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
-	inUse     int           // guarded by Gate.mu: permits granted and not released
+	cap       int // guarded by Gate.mu: the cap (override, Lookup answer, or plan)
+	limit     int // guarded by Gate.mu: effective limit: cap, or the adaptive limit within it
+	lookupMax int // guarded by Gate.mu: Lookup's MaxConns override, 0 for none
+	reserved  int // guarded by Gate.mu: reservation in force, at most min(plan.ReservedConns, cap)
+	inUse     int // guarded by Gate.mu: permits granted and not released
+
+	limits       timeLimits  // guarded by Gate.mu: its work's time limits (the default class's), set with its cap
+	lookupLimits *timeLimits // guarded by Gate.mu: Lookup's overrides of its plan's time limits, nil for none
 
 	clusterPending int // guarded by Gate.mu: requests holding a tenant slot while they ask for a cluster slot
 
 	wait   *contention    // guarded by Gate.mu: nil until the tenant first waits or uses a class
 	ad     *adaptiveLimit // guarded by Gate.mu: nil unless Config.Adaptive is enabled
 	bucket *bucket        // guarded by Gate.mu: nil until its plan's Budget is first checked
+
+	exceeded *[numTimeLimits]uint64 // guarded by Gate.mu: work ended for each time limit (Permit.Exceeded); nil until one
 
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
@@ -166,17 +171,4 @@ func validateID(id string, maxLen int) error {
 		}
 	}
 	return nil
-}
-
-// statementTimeout is the statement timeout of t's work of class c: the
-// tenant's (Lookup's, else its plan's), lowered by the class's.
-func (t *tenant) statementTimeout(c *classState) time.Duration {
-	to := t.plan.StatementTimeout
-	if t.lookupTO > 0 {
-		to = t.lookupTO
-	}
-	if c.StatementTimeout > 0 && (to == 0 || c.StatementTimeout < to) {
-		to = c.StatementTimeout
-	}
-	return to
 }

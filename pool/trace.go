@@ -85,7 +85,13 @@ type TraceAcquireEndData struct {
 	// only (fail open).
 	ClusterWait  time.Duration
 	ClusterLocal bool
-	Outcome      Outcome
+	// Budgeted reports that the tenant's plan has a Budget, which took
+	// part in the decision (Err is an *OverLimitError with CauseBudget when
+	// it refused the request); BudgetLeft is then what was left of it right
+	// after, as TenantStat.BudgetLeft.
+	Budgeted   bool
+	BudgetLeft time.Duration
+	Outcome    Outcome
 	// Err is the error returned to the caller, nil when Outcome is Acquired.
 	Err error
 }
@@ -97,4 +103,6 @@ type TraceReleaseData struct {
 	Class string
 	// Hold is how long the permit was held.
 	Hold time.Duration
+	// Budgeted reports that the hold was charged to its tenant's Budget.
+	Budgeted bool
 }

@@ -67,6 +67,9 @@ func (t *acquireTrace) start(ctx context.Context, pg *pgxpool.Pool) (context.Con
 // hold is holdConn traced by the user's AcquireTracer. As in pgxpool, a
 // panic in a hook ends the trace too, with neither connection nor error.
 func (p *Pool) hold(ctx context.Context) (_ context.Context, h held, err error) {
+	if p.acquireTrace == nil {
+		return p.holdConn(ctx)
+	}
 	ctx, end := p.acquireTrace.start(ctx, p.pg)
 	defer func() { end(h.conn, err) }()
 	return p.holdConn(ctx)

@@ -34,7 +34,9 @@ func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
-	return Conn{h: h, ref: newLiveRef()}, nil
+	ref := newLiveRef(&h.run.st.life)
+	ref.w = watchHold(h, ref, ErrConnReleased)
+	return Conn{h: h, ref: ref}, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns
@@ -52,7 +54,16 @@ func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 // tenant. Only the first call (on any copy) has an effect. A connection
 // that broke, or is returned busy or inside a transaction, is closed by
 // pgxpool, and the slot is returned all the same.
+//
+// A Conn held longer than its tenant's MaxHold (pool.Plan), or left idle
+// inside a transaction for its IdleInTransactionTimeout, is released by
+// tenantdb, its transaction rolled back: its later uses fail with
+// ErrMaxHold or ErrIdleInTransaction (and ErrConnReleased), and Release
+// does nothing.
 func (c Conn) Release() {
+	if c.ref.w.claim() != nil {
+		return // released before, by tenantdb or through a copy
+	}
 	if c.ref.end() {
 		c.h.release(nil)
 	}
@@ -64,7 +75,7 @@ func (c Conn) Release() {
 // since it never returns to the pool. The Conn is released by it: Hijack of
 // a released Conn panics, as pgxpool's does.
 func (c Conn) Hijack() *pgx.Conn {
-	if !c.ref.end() {
+	if c.ref.w.claim() != nil || !c.ref.end() {
 		panic("tenantdb: Hijack of a released Conn")
 	}
 	c.h.guard.stopKeeping()
@@ -74,13 +85,19 @@ func (c Conn) Hijack() *pgx.Conn {
 	return conn
 }
 
-// usable returns ErrConnReleased after the Conn's Release and ErrRevoked
-// once its cluster slot was revoked.
-func (c Conn) usable() error {
-	if c.ref.life == nil || c.ref.stale() {
+// use starts a call on the Conn, which ends with c.ref.leave(), or
+// returns ErrConnReleased after the Conn's Release (ErrMaxHold or
+// ErrIdleInTransaction with it when its time limits released it) and
+// ErrRevoked once its cluster slot was revoked.
+func (c Conn) use() error {
+	if c.ref.life == nil {
 		return ErrConnReleased
 	}
+	if err := c.ref.enter(); err != nil {
+		return err
+	}
 	if c.h.guard.isRevoked() {
+		c.ref.leave()
 		return ErrRevoked
 	}
 	return nil
@@ -88,29 +105,31 @@ func (c Conn) usable() error {
 
 // Exec runs sql on the connection.
 func (c Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	defer c.ref.leave()
 	tag, err := c.h.run.exec(ctx, sql, args)
-	return tag, c.h.guard.wrap(err)
+	return tag, c.h.check(err)
 }
 
 // Query runs sql on the connection. The rows do not hold a slot of their own:
 // the Conn does.
 func (c Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return errRows{err}, err
 	}
 	rows, batch, err := c.h.run.query(ctx, sql, args)
 	if err != nil {
-		return rows, c.h.guard.wrap(err)
+		c.ref.leave()
+		return rows, c.h.check(err)
 	}
-	return &tenantRows{Rows: rows, batch: batch, ref: c.ref}, nil
+	return &tenantRows{Rows: rows, batch: batch, ref: c.ref, permit: c.h.permit}, nil
 }
 
 // QueryRow runs sql on the connection.
 func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return errRow{err}
 	}
 	row, batch := c.h.run.queryRow(ctx, sql, args)
@@ -119,7 +138,7 @@ func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 // SendBatch sends b on the connection.
 func (c Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	return &connBatch{BatchResults: c.h.run.sendBatch(ctx, b), ref: c.ref}
@@ -127,11 +146,12 @@ func (c Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 
 // CopyFrom copies rows into tableName on the connection.
 func (c Conn) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return 0, err
 	}
+	defer c.ref.leave()
 	n, err := c.h.run.copyFrom(ctx, tableName, columnNames, rowSrc)
-	return n, c.h.guard.wrap(err)
+	return n, c.h.check(err)
 }
 
 // Begin starts a transaction on the connection; it ends with the Conn's
@@ -142,29 +162,32 @@ func (c Conn) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // BeginTx starts a transaction with txOptions on the connection.
 func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error) {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return nil, err
 	}
+	defer c.ref.leave()
 	tx, err := c.h.run.begin(ctx, txOptions)
 	if err != nil {
-		return nil, c.h.guard.wrap(err)
+		return nil, c.h.check(err)
 	}
 	return &connTx{Tx: tx, ref: c.ref}, nil
 }
 
 // Ping checks the connection.
 func (c Conn) Ping(ctx context.Context) error {
-	if err := c.usable(); err != nil {
+	if err := c.use(); err != nil {
 		return err
 	}
+	defer c.ref.leave()
 	return c.h.guard.wrap(c.h.conn.Ping(ctx))
 }
 
 // Conn returns the underlying *pgx.Conn, or nil after Release. Statements
 // sent on it directly do not get ScopeTransaction's setting, and nothing
-// stops them after Release: do not keep it.
+// stops them after Release: do not keep it. Its use is out of sight of
+// MaxHold and IdleInTransactionTimeout, which no longer end the Conn.
 func (c Conn) Conn() *pgx.Conn {
-	if c.ref.life == nil || c.ref.stale() {
+	if c.ref.life == nil || c.ref.stale() || !c.ref.w.disarm() {
 		return nil
 	}
 	c.h.run.used() // statements may go out of tenantdb's sight

@@ -69,8 +69,11 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 func (h *held) release(err *error) {
 	h.guard.stop()
 	if h.conn != nil {
-		h.conn.Release()
+		h.run.setup.release(h.conn, h.run.st)
 		h.conn = nil
+	}
+	if err != nil {
+		countStatementTimeout(h.permit, *err) // while the permit is held
 	}
 	h.permit.Release()
 	h.db.done()

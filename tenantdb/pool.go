@@ -19,8 +19,8 @@ import (
 // its context (WithTenant) and fails with ErrNoTenant without one.
 //
 // A shared connection passes from one holder to the next only in a pristine
-// session: at every release, in pgxpool's AfterRelease hook and so off the
-// next caller's path, everything the holder could leave in its session is
+// session: at every release, in a goroutine of its own and so off the next
+// caller's path, everything the holder could leave in its session is
 // undone as PostgreSQL's DISCARD ALL would (settings, SET ROLE and SET
 // SESSION AUTHORIZATION, temporary tables, cursors, LISTEN, session advisory
 // locks), keeping pgx's own prepared statements. A connection whose reset
@@ -179,7 +179,7 @@ func (p *Pool) Ping(ctx context.Context) error {
 			return ErrClosed
 		default:
 		}
-		return p.pg.Ping(ctx)
+		return p.ping(ctx)
 	}
 	if p.dbs != nil {
 		ctx, h, err := p.hold(ctx)
@@ -197,8 +197,19 @@ func (p *Pool) Ping(ctx context.Context) error {
 		return err
 	}
 	defer permit.Release()
-	err = p.pg.Ping(ctx)
+	err = p.ping(ctx)
 	end(nil, err) // only if pgxpool's acquire did not
+	return err
+}
+
+// ping is pgxpool's Ping, with tenantdb's release (see release).
+func (p *Pool) ping(ctx context.Context) error {
+	c, err := p.pg.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	err = c.Ping(ctx)
+	p.session.release(c, nil)
 	return err
 }
 
@@ -213,7 +224,10 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 	idle := p.pg.AcquireAllIdle(withoutTenant(ctx))
 	conns := make([]Conn, len(idle))
 	for i, c := range idle {
-		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn()}}, ref: newLiveRef()} // the zero Permit's Release does nothing
+		// The zero Permit's Release does nothing; the runner marks nothing
+		// dirty that prepare did not mark already (no tenant).
+		st := stateOf(c.Conn().PgConn())
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn(), st: st, setup: p.session}}, ref: newLiveRef(&st.life)}
 	}
 	return conns
 }

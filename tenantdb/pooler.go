@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // defaultPathKey names, in a connection's pgconn CustomData, the
@@ -102,31 +100,4 @@ func splitPath(path string) []string {
 		}
 	}
 	return append(names, strings.TrimSpace(path[start:]))
-}
-
-// localStatement returns the statement that sets tenant's values for the
-// current transaction on conn, pinning the role and the search_path, with
-// timeout (when positive) as its statement_timeout, or "" when there is
-// nothing to set. The pins hold even where the server session
-// is not the one tenantdb reset: behind a transaction pooler, or after the
-// tenant's own session-level SET ROLE or search_path earlier in its hold.
-func (s *sessionSetup) localStatement(tenant string, conn *pgconn.PgConn, timeout time.Duration) (string, error) {
-	var exprs []string
-	if s.transactional() {
-		path, ok := conn.CustomData()[defaultPathKey].(string)
-		if !ok {
-			return "", fmt.Errorf("tenantdb: the connection's default search_path is unknown: it was not opened by the Pool's pgxpool")
-		}
-		var err error
-		if exprs, err = s.values(tenant, true, true, path); err != nil {
-			return "", err
-		}
-	}
-	if timeout > 0 {
-		exprs = append(exprs, setConfig("statement_timeout", "'"+timeoutMillis(timeout)+"'", true))
-	}
-	if len(exprs) == 0 {
-		return "", nil
-	}
-	return "select " + strings.Join(exprs, ", "), nil
 }

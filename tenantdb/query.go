@@ -6,6 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tenantdb/tenantdb/pool"
 )
 
 // Exec runs sql for the tenant in ctx, holding its slot until Exec returns.
@@ -56,6 +58,9 @@ type tenantRows struct {
 	ref   liveRef // the Conn's, or zero for a Pool's Query
 	err   error   // the batch's Close error, or ErrConnReleased
 	done  bool
+	// permit is a Conn's, for the statement timeouts of its rows; a Pool's
+	// Query counts them through h.
+	permit pool.Permit
 }
 
 func (r *tenantRows) Next() bool {
@@ -140,13 +145,17 @@ func (r *tenantRows) release() {
 		return
 	}
 	r.done = true
+	var err error // the statement's, for the statement timeouts counted at release
 	if r.Rows != nil {
 		r.Rows.Close()
+		err = r.Rows.Err()
 	}
 	if r.batch != nil {
 		r.err = r.batch.Close()
 	}
-	r.h.release(nil)
+	countStatementTimeout(r.permit, err)
+	r.h.release(&err)
+	r.ref.leave() // a Conn's or a watched Tx's: the call that sent the query is done
 }
 
 // QueryRow runs sql for the tenant in ctx. The slot is held until Scan.
@@ -190,6 +199,7 @@ func (r *tenantRow) release(err *error) {
 		}
 	}
 	r.h.release(err)
+	r.ref.leave()
 }
 
 // SendBatch sends b for the tenant in ctx. The slot is held, with the

@@ -83,6 +83,9 @@ type connState struct {
 	// prepared since the last reset (it named DEALLOCATE): the next reset
 	// drops them all, pgx's caches too.
 	forget bool
+	// life is the liveness record of the Conn that holds the connection
+	// (see liveRef).
+	life connLife
 }
 
 // stateKey names the connState in a connection's pgconn CustomData.
@@ -102,7 +105,7 @@ func stateOf(conn *pgconn.PgConn) *connState {
 
 // prepare is the pgxpool PrepareConn hook: it hands conn to the tenant in ctx
 // (no tenant: work on no tenant's behalf, with the defaults). A connection
-// usually comes back reset at release (see afterRelease), carrying its last
+// usually comes back reset at release (see release), carrying its last
 // holder's ScopeSession values; it gets the tenant's values, in one round
 // trip, only when it carries others. One whose reset was left for the next
 // holder (the pool had callers waiting) is reset here, in the same round
@@ -165,25 +168,97 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 	return true, nil
 }
 
-// afterRelease is the pgxpool AfterRelease hook, which pgxpool runs in a
-// goroutine of its own before the connection is back in the pool: it resets
-// the session the holder leaves, on the holder's time and off the next
-// tenant's path, and gives it the holder's ScopeSession values again, so
-// that the same tenant's next call needs no round trip. While calls wait
-// for a connection, the reset is left to the next holder (see prepare):
-// one of them takes this connection at once, and needs the reset only if
-// it is another tenant. It reports false, and pgxpool destroys the
-// connection, when the reset fails, takes longer than resetTimeout, or finds
-// the session listening (pgx may have buffered a notification for the
-// holder that no reset can take back).
+// release returns c, which tenantdb held, to its pgxpool, resetting the
+// session the holder leaves first when a statement may have changed it: on
+// the holder's time and off the next tenant's path, in a goroutine of its
+// own, as pgxpool runs an AfterRelease hook. pgxpool starts that goroutine
+// at every release once a hook is set, which costs more than the rest of an
+// acquire and release together; so tenantdb sets none (unless the
+// pgxpool.Config has one of its own: then the reset runs in it, see
+// install), and a connection no statement touched since its last reset goes
+// back at once. The reset gives the session the holder's ScopeSession
+// values again, so that the same tenant's next call needs no round trip.
+// While calls wait for a connection, the reset is left to the next holder
+// (see prepare): one of them takes this connection at once, and needs the
+// reset only if it is another tenant. A connection whose reset fails, takes
+// longer than resetTimeout, or finds the session listening (pgx may have
+// buffered a notification for the holder that no reset can take back) is
+// closed before it goes back, and pgxpool destroys it, as it does a
+// connection returned closed, busy or inside a transaction. st is c's
+// connState, nil to look it up.
+func (s *sessionSetup) release(c *pgxpool.Conn, st *connState) {
+	if s == nil || s.inHook {
+		c.Release()
+		return
+	}
+	conn := c.Conn()
+	if st == nil {
+		st = stateOf(conn.PgConn())
+	}
+	if !s.resetDue(conn.PgConn(), st) {
+		c.Release()
+		return
+	}
+	go func() {
+		s.resetOrClose(conn, st)
+		c.Release()
+	}()
+}
+
+// returnConn is release for a connection that an adapter got from the
+// pgxpool itself (Slot.Return): give calls release to return it.
+func (s *sessionSetup) returnConn(conn *pgx.Conn, give func()) {
+	if s.inHook {
+		give()
+		return
+	}
+	st := stateOf(conn.PgConn())
+	if !s.resetDue(conn.PgConn(), st) {
+		give()
+		return
+	}
+	go func() {
+		s.resetOrClose(conn, st)
+		give()
+	}()
+}
+
+// resetDue reports whether a connection being released, with state st, is
+// to be reset now (see release).
+func (s *sessionSetup) resetDue(pc *pgconn.PgConn, st *connState) bool {
+	if !st.dirty || pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I' {
+		return false // nothing to reset, or pgxpool destroys it
+	}
+	return s.acquiring.Load() == 0 || s.idle == nil || s.idle() // else reset by the next holder, if another tenant
+}
+
+// resetOrClose resets conn's session, and closes conn when the reset fails.
+func (s *sessionSetup) resetOrClose(conn *pgx.Conn, st *connState) {
+	if s.reset(conn, st) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// afterRelease is the pgxpool AfterRelease hook when the pgxpool.Config has
+// one of its own (see install), which pgxpool runs in a goroutine of its own
+// at every release, before the connection is back in the pool: it resets
+// the session as release does, and reports false, for pgxpool to destroy
+// the connection, when the reset fails.
 func (s *sessionSetup) afterRelease(conn *pgx.Conn) bool {
 	st := stateOf(conn.PgConn())
-	if !st.dirty {
-		return true // no statement ran since its last reset
+	if !s.resetDue(conn.PgConn(), st) {
+		return true
 	}
-	if s.acquiring.Load() > 0 && s.idle != nil && !s.idle() {
-		return true // reset by the next holder, if another tenant
-	}
+	return s.reset(conn, st)
+}
+
+// reset resets conn's session, whose state is st, and gives it st's
+// ScopeSession values again. It reports false when the reset fails, takes
+// longer than resetTimeout or finds the session listening.
+func (s *sessionSetup) reset(conn *pgx.Conn, st *connState) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
 	defer cancel()
 	sql := resetStatements

@@ -23,6 +23,7 @@ type runner struct {
 	conn  *pgx.Conn
 	local string
 	st    *connState // conn's: each statement marks the session for the reset at release
+	setup *sessionSetup
 }
 
 // runner returns the runner of the tenant in ctx on conn, whose statements
@@ -31,14 +32,14 @@ type runner struct {
 func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration) (runner, error) {
 	st := stateOf(conn.PgConn())
 	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(s.cfg) && timeout <= 0 {
-		return runner{conn: conn, st: st}, nil
+		return runner{conn: conn, st: st, setup: s}, nil
 	}
 	tenant, _ := TenantFrom(ctx)
 	local, err := s.localStatement(tenant, conn.PgConn(), timeout)
 	if err != nil {
-		return runner{conn: conn, st: st}, err
+		return runner{conn: conn, st: st, setup: s}, err
 	}
-	return runner{conn: conn, local: local, st: st}, nil
+	return runner{conn: conn, local: local, st: st, setup: s}, nil
 }
 
 // used marks the session as one a statement may have changed, to be reset

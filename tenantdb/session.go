@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/pool"
@@ -125,9 +126,14 @@ type sessionSetup struct {
 	// acquiring counts the Pool's calls waiting for a connection of the
 	// shared pgxpool, and idle reports whether it has an idle one (nil with
 	// Config.Database): while calls wait and none is idle, a release leaves
-	// the reset to the next holder (see afterRelease).
+	// the reset to the next holder (see release).
 	acquiring atomic.Int32
 	idle      func() bool
+
+	// inHook is set when the pgxpool.Config has an AfterRelease hook of
+	// its own, which pgxpool runs at every release: the reset at release
+	// runs in it then, before the user's (see install and release).
+	inHook bool
 }
 
 // values returns the SQL expressions that set tenant's values, local to the
@@ -283,7 +289,7 @@ func (s *sessionSetup) transactional() bool {
 // session, with timeout (when positive) as its statement_timeout: "" without
 // ScopeSession or with nothing to set.
 func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (string, error) {
-	if s.cfg.Scope != ScopeSession {
+	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(s.cfg) {
 		return "", nil
 	}
 	var sql string
@@ -307,6 +313,33 @@ func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (stri
 		sql += "set statement_timeout to " + timeoutMillis(timeout)
 	}
 	return sql, nil
+}
+
+// localStatement returns the statement that sets tenant's values for the
+// current transaction on conn, pinning the role and the search_path, with
+// timeout (when positive) as its statement_timeout, or "" when there is
+// nothing to set. The pins hold even where the server session
+// is not the one tenantdb reset: behind a transaction pooler, or after the
+// tenant's own session-level SET ROLE or search_path earlier in its hold.
+func (s *sessionSetup) localStatement(tenant string, conn *pgconn.PgConn, timeout time.Duration) (string, error) {
+	var exprs []string
+	if s.transactional() {
+		path, ok := conn.CustomData()[defaultPathKey].(string)
+		if !ok {
+			return "", fmt.Errorf("tenantdb: the connection's default search_path is unknown: it was not opened by the Pool's pgxpool")
+		}
+		var err error
+		if exprs, err = s.values(tenant, true, true, path); err != nil {
+			return "", err
+		}
+	}
+	if timeout > 0 {
+		exprs = append(exprs, setConfig("statement_timeout", "'"+timeoutMillis(timeout)+"'", true))
+	}
+	if len(exprs) == 0 {
+		return "", nil
+	}
+	return "select " + strings.Join(exprs, ", "), nil
 }
 
 // timeoutMillis is d in whole milliseconds, rounded up (statement_timeout's
@@ -337,13 +370,14 @@ func statementTimeoutFrom(ctx context.Context) time.Duration {
 // install chains the hooks before the pgxCfg's own: connect before its
 // AfterConnect, prepare before its PrepareConn (or its deprecated
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
-// the user's hook sees the tenant's state, and afterRelease before its
-// AfterRelease. A panic in the user's PrepareConn fails the acquire with an
-// error and destroys the connection, instead of leaking it inside pgxpool.
+// the user's hook sees the tenant's state, and, when it has an
+// AfterRelease, afterRelease before it; without one, tenantdb resets
+// sessions in its own releases (see release). A panic in the user's
+// PrepareConn fails the acquire with an error and destroys the connection,
+// instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
-	if after := pgxCfg.AfterRelease; after == nil {
-		pgxCfg.AfterRelease = s.afterRelease
-	} else {
+	if after := pgxCfg.AfterRelease; after != nil {
+		s.inHook = true
 		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
 	}
 	if after := pgxCfg.AfterConnect; after == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 )
@@ -32,10 +33,16 @@ type Sizing struct {
 	// TypicalDemand is the connections they may hold at once: that many
 	// tenants at the default plan's cap.
 	TypicalActiveTenants, TypicalDemand int
+	// TypicalSustained is what they hold on average over periods longer
+	// than a budget's burst: each at its cap, or at its plan's Budget.Rate
+	// when that is lower.
+	TypicalSustained float64
 
 	// ActiveTenants counts the tenants holding or waiting for a connection
-	// now; ActiveDemand adds up their caps.
+	// now; ActiveDemand adds up their caps, ActiveSustained their caps or
+	// budgets (as TypicalSustained).
 	ActiveTenants, ActiveDemand int
+	ActiveSustained             float64
 
 	// Warnings say where the configuration fails the check, one sentence
 	// each; none when it passes.
@@ -50,6 +57,21 @@ type PlanSizing struct {
 	// connection between them: MaxConns of the pool over the plan's, rounded
 	// up. At 1, one tenant can hold them all.
 	TenantsToFill int
+	// BudgetRate is the plan's Budget.Rate: the connections one of its
+	// tenants holds on average, over periods longer than its Burst; 0
+	// without a budget. SustainedTenantsToFill is TenantsToFill over such
+	// periods: with each tenant at the lower of its cap and BudgetRate.
+	BudgetRate             float64
+	SustainedTenantsToFill int
+}
+
+// sustained is what one tenant of a plan with cap maxConns and budget
+// rate holds on average: its cap, or its budget's rate when lower.
+func sustained(maxConns int, rate float64) float64 {
+	if rate > 0 && rate < float64(maxConns) {
+		return rate
+	}
+	return float64(maxConns)
 }
 
 // Sizing returns the sizing check for the plans in force and the tenants
@@ -59,10 +81,15 @@ func (p *Pool) Sizing() Sizing {
 	c := p.staticSizing()
 	c.Reserved = p.gate.Stat().Reserved
 	c.Databases = p.DatabasesStat().Databases
+	rates := make(map[string]float64, len(c.Plans))
+	for _, pl := range c.Plans {
+		rates[pl.Name] = pl.BudgetRate
+	}
 	for _, t := range p.gate.AppendTenantStat(nil) {
 		if t.InUse > 0 || t.Waiting > 0 {
 			c.ActiveTenants++
 			c.ActiveDemand += t.Limit
+			c.ActiveSustained += sustained(t.Limit, rates[t.Plan])
 		}
 	}
 	return c
@@ -82,7 +109,9 @@ func (p *Pool) staticSizing() Sizing {
 	for name, pl := range plans {
 		c.Plans = append(c.Plans, PlanSizing{
 			Name: name, MaxConns: pl.MaxConns, ReservedConns: pl.ReservedConns, Weight: max(1, pl.Weight),
-			TenantsToFill: (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
+			TenantsToFill:          (c.MaxConns + pl.MaxConns - 1) / pl.MaxConns,
+			BudgetRate:             pl.Budget.Rate,
+			SustainedTenantsToFill: int(math.Ceil(float64(c.MaxConns)/sustained(pl.MaxConns, pl.Budget.Rate) - 1e-9)),
 		})
 		if pl.ReservedConns > 0 {
 			reserving++
@@ -91,17 +120,26 @@ func (p *Pool) staticSizing() Sizing {
 	slices.SortFunc(c.Plans, func(a, b PlanSizing) int { return strings.Compare(a.Name, b.Name) })
 	for _, pl := range c.Plans {
 		if pl.TenantsToFill == 1 && (reserving == 0 || reserving == 1 && pl.ReservedConns > 0) {
+			budget := ""
+			if pl.SustainedTenantsToFill > 1 {
+				budget = fmt.Sprintf(" for as long as its Budget's Burst lasts (%.3g on average)", pl.BudgetRate)
+			}
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
-				"plan %q: one busy tenant can hold all %d shared connections (its cap is %d) and no other plan reserves any; lower its cap or give the other plans ReservedConns",
-				pl.Name, c.MaxConns, pl.MaxConns))
+				"plan %q: one busy tenant can hold all %d shared connections (its cap is %d)%s and no other plan reserves any; lower its cap or give the other plans ReservedConns",
+				pl.Name, c.MaxConns, pl.MaxConns, budget))
 		}
 	}
 	if c.TypicalActiveTenants > 0 {
 		c.TypicalDemand = c.TypicalActiveTenants * plans[def].MaxConns
+		c.TypicalSustained = float64(c.TypicalActiveTenants) * sustained(plans[def].MaxConns, plans[def].Budget.Rate)
 		if c.TypicalDemand > c.MaxConns {
+			budget := ""
+			if c.TypicalSustained < float64(c.TypicalDemand) {
+				budget = fmt.Sprintf(" at once (%.3g on average under its Budget)", c.TypicalSustained)
+			}
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
-				"%d typically active tenants at the %q plan's cap of %d may hold %d connections, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
-				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, c.MaxConns))
+				"%d typically active tenants at the %q plan's cap of %d may hold %d connections%s, more than MaxConns %d: raise MaxConns (within the server's max_connections) or lower the caps",
+				c.TypicalActiveTenants, def, plans[def].MaxConns, c.TypicalDemand, budget, c.MaxConns))
 		}
 		if p.dbs != nil && c.TypicalActiveTenants > c.MaxConns {
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
@@ -178,7 +216,7 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, er
 	if err != nil {
 		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
 	}
-	defer c.Release()
+	defer p.session.release(c, nil)
 	var pid uint32
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
 		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,7 +15,8 @@ import (
 // that get their connections from the shared pool themselves, such as
 // package tenantsql (database/sql): take the Slot, acquire from
 // Slot.Pgxpool with the same context (so that Config.Session sets the
-// tenant's state), and give both back. A Slot is for one connection.
+// tenant's state), and give both back (Detach, Return, Release). A Slot is
+// for one connection.
 type Slot struct {
 	permit  pool.Permit
 	pg      *pgxpool.Pool // the tenant's database's with Config.Database, else the shared
@@ -91,6 +93,17 @@ func (s *Slot) Revoked() bool { return s.g.isRevoked() }
 // before the connection goes back to the shared pool (which destroys a closed
 // one), so that no cancellation reaches its next user. It is idempotent.
 func (s *Slot) Detach() { s.g.stop() }
+
+// Return gives the slot's connection back: give returns it to
+// Slot.Pgxpool (its pgxpool.Conn's Release, or database/sql's Close of a
+// connection over it), and conn is its pgx.Conn. When a statement may have
+// changed the session, tenantdb resets it first, as at the release of the
+// Pool's own calls: on the holder's time, in a goroutine of its own, where
+// give then runs; a connection whose reset fails is closed before give, and
+// pgxpool destroys it. Call it after Detach and before Release. A
+// connection given back otherwise is reset when it next goes to another
+// tenant, on that tenant's path.
+func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, give) }
 
 // Release detaches the connection, if not done yet, and returns the slot to
 // its tenant. Only the first call has an effect.

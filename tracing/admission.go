@@ -82,7 +82,8 @@ func (t *Tracer) TraceAcquireEnd(ctx context.Context, g *pool.Gate, d pool.Trace
 	}
 }
 
-// TraceRelease records the permit's use time and, under leak detection,
+// TraceRelease records the permit's use time (and, for a tenant with a
+// budget, its charge in tenantdb.tenant.budget.used) and, under leak detection,
 // stops watching it, reporting its return if it had been reported as leaked.
 func (t *Tracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceReleaseData) {
 	if ctx == nil {
@@ -90,7 +91,11 @@ func (t *Tracer) TraceRelease(ctx context.Context, g *pool.Gate, d pool.TraceRel
 	}
 	hold := d.Hold.Seconds()
 	t.connUse.Record(ctx, hold, t.poolRec...)
-	t.tenantUse.Record(ctx, hold, t.labels.forTenant(d.Tenant, d.Plan, false).rec...)
+	s := t.labels.forTenant(d.Tenant, d.Plan, false)
+	t.tenantUse.Record(ctx, hold, s.rec...)
+	if d.Budgeted {
+		t.tenantBudgetUsed.Add(ctx, hold, s.add...)
+	}
 	if a := admissionFrom(ctx); a != nil && a.leak != nil {
 		a.leak.release(d)
 	}
@@ -112,11 +117,34 @@ func (t *Tracer) recordAcquire(ctx context.Context, d pool.TraceAcquireEndData) 
 	case pool.Acquired:
 		t.connWait.Record(ctx, wait, t.poolRec...)
 	case pool.Rejected:
-		t.tenantRejections.Add(ctx, 1, s.addByOutc[d.Outcome]...)
+		t.tenantRejections.Add(ctx, 1, s.refusals[0][refusalCause(d.Err)]...)
 	case pool.TimedOut:
 		t.connTimeouts.Add(ctx, 1, t.poolAdd...)
-		t.tenantRejections.Add(ctx, 1, s.addByOutc[d.Outcome]...)
+		t.tenantRejections.Add(ctx, 1, s.refusals[1][refusalCause(d.Err)]...)
 	}
+}
+
+// refusalCause is the index in causes of what refused a request with err.
+func refusalCause(err error) int {
+	var over *pool.OverLimitError
+	switch {
+	case errors.As(err, &over) && over.Cause == pool.CauseBudget:
+		return 1
+	case over != nil:
+		return 0
+	}
+	return 2 // the caller's context ended while it waited
+}
+
+// TraceTimeLimit counts work ended by one of its tenant's time limits
+// (pool.Permit.Exceeded) in tenantdb.tenant.timeouts, by TimeLimitKey. A
+// tenant's timeouts are its own pressure: under TopTenants they earn it a
+// label.
+func (t *Tracer) TraceTimeLimit(ctx context.Context, g *pool.Gate, d pool.TraceTimeLimitData) {
+	if int(d.Limit) >= numTimeLimits {
+		return
+	}
+	t.tenantTimeouts.Add(ctx, 1, t.labels.forTenant(d.Tenant, d.Plan, true).timeouts[d.Limit]...)
 }
 
 func endAcquireSpan(span trace.Span, d pool.TraceAcquireEndData) {
@@ -147,6 +175,15 @@ func endAcquireSpan(span trace.Span, d pool.TraceAcquireEndData) {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(d.Outcome.String()))
 	}
 	span.SetAttributes(attrs...)
+	if d.Budgeted {
+		// The budget's part in the decision: what it left, and whether it
+		// refused the request.
+		ev := []attribute.KeyValue{OutcomeKey.String(d.Outcome.String()), BudgetLeftKey.Float64(d.BudgetLeft.Seconds())}
+		if d.Outcome == pool.Rejected || d.Outcome == pool.TimedOut {
+			ev = append(ev, CauseKey.String(causes[refusalCause(d.Err)]))
+		}
+		span.AddEvent(BudgetEventName, trace.WithAttributes(ev...))
+	}
 	if d.Err != nil {
 		span.RecordError(d.Err)
 		span.SetStatus(codes.Error, d.Err.Error())

@@ -47,10 +47,33 @@ const (
 	OutcomeKey = attribute.Key("tenantdb.outcome")
 	// RetryAfterKey is the rejection's retry estimate (OverLimitError.RetryAfter).
 	RetryAfterKey = attribute.Key("tenantdb.retry_after_seconds")
+	// CauseKey is what refused a request, on the rejection counter and the
+	// budget event: "cap" (its cap or queue, pool.CauseCap), "budget" (its
+	// plan's Budget, pool.CauseBudget) or "deadline" (the caller's context
+	// ended while it waited).
+	CauseKey = attribute.Key("tenantdb.cause")
+	// TimeLimitKey is the time limit that ended a tenant's work, on the
+	// timeout counter: statement_timeout, idle_in_transaction or max_hold
+	// (pool.TimeLimit's String).
+	TimeLimitKey = attribute.Key("tenantdb.time_limit")
+	// BudgetLeftKey is what was left of the tenant's connection-time budget
+	// right after its admission was decided, on the budget event.
+	BudgetLeftKey = attribute.Key("tenantdb.budget.left_seconds")
 	// HoldKey is how long a permit has been held, on leak events.
 	HoldKey = attribute.Key("tenantdb.hold_seconds")
 	// LeakThresholdKey is the leak-detection threshold, on leak events.
 	LeakThresholdKey = attribute.Key("tenantdb.leak.threshold_seconds")
+)
+
+// BudgetEventName names the admission span's event of a tenant whose plan
+// has a Budget, which took part in the decision.
+const BudgetEventName = "tenantdb.budget"
+
+// Values of CauseKey.
+const (
+	CauseCap      = "cap"
+	CauseBudget   = "budget"
+	CauseDeadline = "deadline"
 )
 
 // OtherTenants is the tenant label of series that aggregate every tenant

@@ -110,7 +110,22 @@ type series struct {
 	obs       []metric.ObserveOption
 	addByOutc [numOutcomes][]metric.AddOption
 	recByOutc [numOutcomes][]metric.RecordOption
+	// refusals are the rejection counter's: by outcome (rejected or
+	// timed_out) and cause; timeouts the timeout counter's, by limit.
+	refusals [2][numCauses][]metric.AddOption
+	timeouts [numTimeLimits][]metric.AddOption
 }
+
+// The causes of a refusal (CauseKey), and the time limits (TimeLimitKey).
+var (
+	causes     = [...]string{CauseCap, CauseBudget, CauseDeadline}
+	timeLimits = [...]pool.TimeLimit{pool.LimitStatement, pool.LimitIdleInTransaction, pool.LimitMaxHold}
+)
+
+const (
+	numCauses     = len(causes)
+	numTimeLimits = len(timeLimits)
+)
 
 func newSeries(key attribute.Key, label string, base []attribute.KeyValue) *series {
 	attrs := append(slices.Clip(base), key.String(label))
@@ -125,6 +140,16 @@ func newSeries(key attribute.Key, label string, base []attribute.KeyValue) *seri
 		set := attribute.NewSet(append(slices.Clip(attrs), OutcomeKey.String(pool.Outcome(o).String()))...)
 		s.addByOutc[o] = []metric.AddOption{metric.WithAttributeSet(set)}
 		s.recByOutc[o] = []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	for i, o := range [2]pool.Outcome{pool.Rejected, pool.TimedOut} {
+		for c, cause := range causes {
+			set := attribute.NewSet(append(slices.Clip(attrs), OutcomeKey.String(o.String()), CauseKey.String(cause))...)
+			s.refusals[i][c] = []metric.AddOption{metric.WithAttributeSet(set)}
+		}
+	}
+	for i, l := range timeLimits {
+		set := attribute.NewSet(append(slices.Clip(attrs), TimeLimitKey.String(l.String()))...)
+		s.timeouts[i] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
 	return s
 }
@@ -224,6 +249,8 @@ type gaugePoint struct {
 	inUse, waiting int64
 	limit          int64 // -1: not a single tenant, no limit to report
 	effective      int64 // the effective limit, when limit is reported
+	budgeted       bool  // a single tenant on a plan with a Budget: budgetLeft is reported
+	budgetLeft     float64
 }
 
 // collect turns the Gate's tenant stats into the gauge points of one
@@ -248,10 +275,12 @@ func (l *labeler) collect(stats []pool.TenantStat) []gaugePoint {
 				j = len(points)
 				idx[s] = j
 				limit, effective := int64(-1), int64(-1)
+				budgeted := false
 				if l.card.by == byTenant {
-					limit, effective = int64(st.Limit), int64(st.EffectiveLimit)
+					limit, effective, budgeted = int64(st.Limit), int64(st.EffectiveLimit), st.Budgeted
 				}
-				points = append(points, gaugePoint{obs: s.obs, limit: limit, effective: effective})
+				points = append(points, gaugePoint{obs: s.obs, limit: limit, effective: effective,
+					budgeted: budgeted, budgetLeft: st.BudgetLeft.Seconds()})
 			}
 			points[j].inUse += int64(st.InUse)
 			points[j].waiting += int64(st.Waiting)
@@ -270,7 +299,8 @@ func (l *labeler) collect(stats []pool.TenantStat) []gaugePoint {
 				obs = newSeries(l.key, st.Tenant, l.base).obs
 			}
 			points = append(points, gaugePoint{obs: obs, inUse: int64(st.InUse),
-				waiting: int64(st.Waiting), limit: int64(st.Limit), effective: int64(st.EffectiveLimit)})
+				waiting: int64(st.Waiting), limit: int64(st.Limit), effective: int64(st.EffectiveLimit),
+				budgeted: st.Budgeted, budgetLeft: st.BudgetLeft.Seconds()})
 		}
 		for i := range stats {
 			if _, ok := top[stats[i].Tenant]; !ok {

@@ -27,6 +27,9 @@ type instruments struct {
 	tenantWait         metric.Float64Histogram
 	tenantUse          metric.Float64Histogram
 	tenantLeaks        metric.Int64Counter
+	tenantTimeouts     metric.Int64Counter
+	tenantBudgetUsed   metric.Float64Counter
+	tenantBudgetLeft   metric.Float64ObservableGauge
 
 	// Per-class instruments (pool.Config.Classes), observed from the
 	// Gate's stats: no work on the admission path, and at most
@@ -105,8 +108,22 @@ func (in *instruments) create(m metric.Meter) error {
 	check(err)
 	in.tenantRejections, err = m.Int64Counter("tenantdb.tenant.connection.rejections",
 		metric.WithUnit("{request}"),
-		metric.WithDescription("Requests refused because the tenant was at its cap: at once (outcome rejected) "+
-			"or after waiting its plan's MaxWait or the caller's deadline (timed_out)."))
+		metric.WithDescription("Requests refused for the tenant: at once (outcome rejected) or after waiting its plan's "+
+			"MaxWait or the caller's deadline (timed_out), by cause: cap, budget, deadline."))
+	check(err)
+	in.tenantTimeouts, err = m.Int64Counter("tenantdb.tenant.timeouts",
+		metric.WithUnit("{timeout}"),
+		metric.WithDescription("A tenant's work ended by one of its plan's time limits, by limit: statement_timeout, "+
+			"idle_in_transaction, max_hold."))
+	check(err)
+	in.tenantBudgetUsed, err = m.Float64Counter("tenantdb.tenant.budget.used",
+		metric.WithUnit("s"),
+		metric.WithDescription("Connection-time a tenant held under its plan's Budget, charged at each release."))
+	check(err)
+	in.tenantBudgetLeft, err = m.Float64ObservableGauge("tenantdb.tenant.budget.left",
+		metric.WithUnit("s"),
+		metric.WithDescription("What is left of a tenant's connection-time budget for its next request, negative in debt; "+
+			"reported for tenant labels of budgeted plans only."))
 	check(err)
 	in.tenantWait, err = m.Float64Histogram("tenantdb.tenant.connection.wait_time",
 		metric.WithUnit("s"), buckets,

@@ -105,9 +105,12 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 				o.ObserveInt64(t.tenantMax, pt.limit, pt.obs...)
 				o.ObserveInt64(t.tenantEffectiveMax, pt.effective, pt.obs...)
 			}
+			if pt.budgeted {
+				o.ObserveFloat64(t.tenantBudgetLeft, pt.budgetLeft, pt.obs...)
+			}
 		}
 		return nil
-	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax,
+	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax, t.tenantBudgetLeft,
 		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse,
 		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime)
 	if err != nil {

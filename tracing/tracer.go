@@ -17,8 +17,8 @@ import (
 )
 
 // Tracer is tenantdb's OpenTelemetry instrumentation. It implements
-// pool.AcquireTracer and pool.ReleaseTracer (admission spans, metrics and
-// leak detection) and pgx's QueryTracer, BatchTracer, CopyFromTracer,
+// pool.AcquireTracer, pool.ReleaseTracer and pool.TimeLimitTracer (admission
+// spans, metrics and leak detection) and pgx's QueryTracer, BatchTracer, CopyFromTracer,
 // PrepareTracer and ConnectTracer (query spans). Give it to
 // tenantdb.Config.Tracer, or to pool.Config.Tracer for a bare Gate. It is
 // safe for concurrent use. One Tracer serves one pool: its metrics carry one
@@ -46,13 +46,14 @@ type Tracer struct {
 // Interfaces the Tracer implements; checked here so that a signature change
 // in pool or pgx breaks the build rather than silently dropping a hook.
 var (
-	_ pool.AcquireTracer = (*Tracer)(nil)
-	_ pool.ReleaseTracer = (*Tracer)(nil)
-	_ pgx.QueryTracer    = (*Tracer)(nil)
-	_ pgx.BatchTracer    = (*Tracer)(nil)
-	_ pgx.CopyFromTracer = (*Tracer)(nil)
-	_ pgx.PrepareTracer  = (*Tracer)(nil)
-	_ pgx.ConnectTracer  = (*Tracer)(nil)
+	_ pool.AcquireTracer   = (*Tracer)(nil)
+	_ pool.ReleaseTracer   = (*Tracer)(nil)
+	_ pool.TimeLimitTracer = (*Tracer)(nil)
+	_ pgx.QueryTracer      = (*Tracer)(nil)
+	_ pgx.BatchTracer      = (*Tracer)(nil)
+	_ pgx.CopyFromTracer   = (*Tracer)(nil)
+	_ pgx.PrepareTracer    = (*Tracer)(nil)
+	_ pgx.ConnectTracer    = (*Tracer)(nil)
 )
 
 // New returns a Tracer on the providers given by [WithTracerProvider] and

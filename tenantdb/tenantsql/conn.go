@@ -114,17 +114,19 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	return &localStmt{st: st.(*stdlib.Stmt), cn: cn, query: query}, nil
 }
 
-// Close returns the shared connection to the pgxpool and the slot to the
-// tenant, in that order (a CancelRequest of a revocation in flight is waited
-// for first). database/sql calls it once.
+// Close returns the shared connection to the pgxpool, after the reset at
+// release if it needs one, and the slot to the tenant, in that order (a
+// CancelRequest of a revocation in flight is waited for first). database/sql
+// calls it once.
 func (cn *conn) Close() error {
 	if cn.pg == nil {
 		return nil
 	}
 	cn.slot.Detach()
-	err := cn.pg.Close()
+	pg := cn.pg
+	cn.slot.Return(pg.Conn(), func() { _ = pg.Close() }) // a pool connection's Close only releases it
 	cn.slot.Release()
-	return err
+	return nil
 }
 
 func (cn *conn) Begin() (driver.Tx, error) {

@@ -79,8 +79,14 @@ func TestBudgetConnectionTime(t *testing.T) {
 	t.Logf("in %v: metered held %v (budget %v, used %v, refused %d, acquired %d), capped held %v (acquired %d)",
 		budgetRun, metered.HoldTime.Round(time.Millisecond), want, metered.BudgetUsed.Round(time.Millisecond),
 		metered.OverBudget, metered.Acquired, capped.HoldTime.Round(time.Millisecond), capped.Acquired)
-	if d := metered.HoldTime - want; d < -want/10 || d > want/10 {
-		t.Errorf("the metered tenant held %v of connection-time, want %v ± 10%%", metered.HoldTime, want)
+	// The budget charges a hold when it ends, so the calls it admits at
+	// once may overshoot it by their holds (by 10% with 1 s statements) and
+	// the run's end may fall between two such waves: either by what a
+	// slower machine adds to each of the cap's 10 holds.
+	slower := 10 * max(0, metered.HoldTime/time.Duration(max(metered.Acquired, 1))-time.Second)
+	if d := metered.HoldTime - want; d < -want/10-slower || d > want/10+slower {
+		t.Errorf("the metered tenant held %v of connection-time in %d calls, want %v ± 10%% (± %v more for holds longer than 1 s)",
+			metered.HoldTime, metered.Acquired, want, slower)
 	}
 	if metered.BudgetUsed != metered.HoldTime {
 		t.Errorf("budget charged %v, held %v: every hold must be charged", metered.BudgetUsed, metered.HoldTime)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,24 +28,10 @@ import (
 // and returns a superuser connection to it.
 func defectDatabases(t *testing.T, names ...string) *pgx.Conn {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, sharedPG.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(ctx) })
-	rows, _ := admin.Query(ctx, "select datname from pg_database")
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := adminConn(t, sharedPG.DSN)
+	create := databaseCreator(t, admin)
 	for _, name := range names {
-		if slices.Contains(have, name) {
-			continue
-		}
-		if _, err := admin.Exec(ctx, "create database "+name); err != nil {
-			t.Fatal(err)
-		}
+		create(name, "create database "+name)
 	}
 	return admin
 }
@@ -55,12 +40,18 @@ func defectDatabases(t *testing.T, names ...string) *pgx.Conn {
 // role, an ordinary login role created unless it exists.
 func loginAs(t *testing.T, role string, budget int32) *pgxpool.Config {
 	t.Helper()
-	pcfg, err := pgxpool.ParseConfig(pgtest.AppRole(t, sharedPG.DSN, role, ""))
-	if err != nil {
-		t.Fatal(err)
+	return pgxConfigOn(t, pgtest.AppRole(t, sharedPG.DSN, role, ""), budget)
+}
+
+// roleBackends counts, on conn's server, the client backends of role that
+// match where (SQL after "and", or "").
+func roleBackends(ctx context.Context, conn *pgx.Conn, role, where string) (n int, err error) {
+	q := "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'"
+	if where != "" {
+		q += " and " + where
 	}
-	pcfg.MaxConns = budget
-	return pcfg
+	err = conn.QueryRow(ctx, q, role).Scan(&n)
+	return n, err
 }
 
 // TestDatabaseBudgetWaitIsNotCached: a connect that timed out (connect_timeout)
@@ -143,16 +134,14 @@ func TestDatabaseBudgetHoldsThroughCancels(t *testing.T) {
 	}
 	defer p.Close()
 	ctx := context.Background()
-	count := func(conn *pgx.Conn, where string) int {
+	sleeping := func() int {
 		t.Helper()
-		var n int
-		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where usename = $1 "+
-			"and backend_type = 'client backend' "+where, role).Scan(&n); err != nil {
+		n, err := roleBackends(ctx, admin, role, "state = 'active' and query = '"+sleep+"'")
+		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	sleeping := func() int { return count(admin, "and state = 'active' and query = '"+sleep+"'") }
 
 	// The reference: a statement cancelled through its context on a
 	// connection of its own (as the superuser: not counted) until its
@@ -203,15 +192,14 @@ func TestDatabaseBudgetHoldsThroughCancels(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			var n int64
-			if err := sampler.QueryRow(ctx, "select count(*) from pg_stat_activity where usename = $1 "+
-				"and backend_type = 'client backend'", role).Scan(&n); err != nil {
+			n, err := roleBackends(ctx, sampler, role, "")
+			if err != nil {
 				t.Error(err)
 				return
 			}
 			samples.Add(1)
-			if n > most.Load() {
-				most.Store(n)
+			if int64(n) > most.Load() {
+				most.Store(int64(n))
 			}
 		}
 	}()
@@ -307,9 +295,9 @@ func TestDatabaseBudgetFallbackDials(t *testing.T) {
 	}
 	defer p.Close()
 	ours := func() int {
-		var n int
-		if err := admin.QueryRow(context.Background(), "select count(*) from pg_stat_activity where usename = $1 "+
-			"and backend_type = 'client backend'", role).Scan(&n); err != nil {
+		t.Helper()
+		n, err := roleBackends(context.Background(), admin, role, "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -2,9 +2,11 @@ package tenantdb_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenantdb/tenantdb/internal/integration/testmain"
@@ -31,7 +33,14 @@ func newPool(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32, cfg tenant
 
 func pgxConfig(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32) *pgxpool.Config {
 	t.Helper()
-	pcfg, err := pgxpool.ParseConfig(pg.DSN)
+	return pgxConfigOn(t, pg.DSN, maxConns)
+}
+
+// pgxConfigOn is a pgxpool.Config of maxConns connections to dsn (a role's
+// of pgtest.AppRole, a PgBouncer's).
+func pgxConfigOn(t testing.TB, dsn string, maxConns int32) *pgxpool.Config {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +50,54 @@ func pgxConfig(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32) *pgxpool
 
 func rawPool(t testing.TB, pg *tenantdbtest.Postgres, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	p, err := pgxpool.NewWithConfig(context.Background(), pgxConfig(t, pg, maxConns))
+	return rawPoolOn(t, pg.DSN, maxConns)
+}
+
+// rawPoolOn is a pgxpool on dsn, closed at the end of the test.
+func rawPoolOn(t testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.NewWithConfig(context.Background(), pgxConfigOn(t, dsn, maxConns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// adminConn is a connection to dsn, closed at the end of the test.
+func adminConn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(ctx) })
+	return admin
+}
+
+// databaseCreator returns create, which runs sql (a CREATE DATABASE of name)
+// on admin's server unless name exists there, and reports whether it ran
+// it: a server named by TENANTDB_POSTGRES_DSN may have it from a run before.
+func databaseCreator(t testing.TB, admin *pgx.Conn) (create func(name, sql string) bool) {
+	t.Helper()
+	ctx := context.Background()
+	rows, _ := admin.Query(ctx, "select datname from pg_database")
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(name, sql string) bool {
+		t.Helper()
+		if slices.Contains(have, name) {
+			return false
+		}
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		have = append(have, name)
+		return true
+	}
 }
 
 func as(tenant string) context.Context { return tenantdb.WithTenant(context.Background(), tenant) }

@@ -72,7 +72,7 @@ func TestScopeTransactionPinsRoleAndSearchPath(t *testing.T) {
 				tenantdbtest.WithPoolSize(2),
 				tenantdbtest.WithPgBouncerUser(rlsRole, "app"))
 			bdsn := bouncer.DSNFor(rlsRole, "app") + "&default_query_exec_mode=exec"
-			p := newTransactionPool(t, pgxConfig(t, &tenantdbtest.Postgres{DSN: bdsn}, 8), 4)
+			p := newTransactionPool(t, pgxConfigOn(t, bdsn, 8), 4)
 			// The setting alone, in the statement's implicit transaction.
 			settingOnly := rawPoolOn(t, bdsn, 4)
 			readSettingOnly := func(ctx context.Context) pgx.Row {
@@ -182,22 +182,6 @@ func (r batchRow) Scan(dest ...any) error {
 	return err
 }
 
-// rawPoolOn is a pgxpool on dsn, closed at the end of the test.
-func rawPoolOn(t *testing.T, dsn string, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
 // TestScopeTransactionBeginWithOptions: under ScopeTransaction a transaction
 // begun with an isolation level, by BeginTx, by a batch's BeginTx or by an
 // SQL BEGIN on a Conn, runs at that level with the tenant's values: the
@@ -269,7 +253,7 @@ func TestScopeTransactionBeginWithOptions(t *testing.T) {
 // says, and the role is the login role whatever SET ROLE the session had.
 func TestScopeTransactionDefaultSearchPath(t *testing.T) {
 	dsn := setupPins(t)
-	pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: dsn + "&default_query_exec_mode=exec"}, 1)
+	pcfg := pgxConfigOn(t, dsn+"&default_query_exec_mode=exec", 1)
 	pcfg.ConnConfig.RuntimeParams["search_path"] = "pin_private, public"
 	p := newTransactionPool(t, pcfg, 1)
 	ctx := as("b")
@@ -345,7 +329,7 @@ func TestScopeTransactionPinsWhereTheSessionIsUnknown(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tracer := &localTracer{}
-			pcfg := pgxConfig(t, &tenantdbtest.Postgres{DSN: c.dsn + "&default_query_exec_mode=exec"}, 1)
+			pcfg := pgxConfigOn(t, c.dsn+"&default_query_exec_mode=exec", 1)
 			pcfg.ConnConfig.Tracer = tracer
 			p := newTransactionPool(t, pcfg, 1)
 			pinned := func(sql string) bool {

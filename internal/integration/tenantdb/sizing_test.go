@@ -43,9 +43,9 @@ func TestSizingReport(t *testing.T) {
 			t.Fatalf("report: %+v", c)
 		}
 		want := []tenantdb.PlanSizing{
-			{Name: "enterprise", MaxConns: 10, ReservedConns: 4, Weight: 5, TenantsToFill: 2},
-			{Name: "free", MaxConns: 2, Weight: 1, TenantsToFill: 10},
-			{Name: "standard", MaxConns: 5, Weight: 1, TenantsToFill: 4},
+			{Name: "enterprise", MaxConns: 10, ReservedConns: 4, Weight: 5, TenantsToFill: 2, SustainedTenantsToFill: 2},
+			{Name: "free", MaxConns: 2, Weight: 1, TenantsToFill: 10, SustainedTenantsToFill: 10},
+			{Name: "standard", MaxConns: 5, Weight: 1, TenantsToFill: 4, SustainedTenantsToFill: 4},
 		}
 		for i := range want {
 			if c.Plans[i] != want[i] {
@@ -109,6 +109,34 @@ func TestSizingReport(t *testing.T) {
 		}
 		if c := p.Sizing(); c.ActiveTenants != 0 || c.ActiveDemand != 0 {
 			t.Fatalf("after release: %+v", c)
+		}
+	})
+	t.Run("budgets", func(t *testing.T) {
+		// A cap of 8 with a budget of 2 conn-s/s: one tenant fills the pool
+		// for its burst, four over longer periods; three typical tenants
+		// may hold 24 at once, 6 on average.
+		p, _ := newLazyPool(t, 8, tenantdb.Config{
+			Plans:                map[string]tenantdb.Plan{"metered": {MaxConns: 8, Budget: pool.Budget{Rate: 2}}},
+			TypicalActiveTenants: 3,
+		})
+		c := p.Sizing()
+		if pl := c.Plans[0]; pl.TenantsToFill != 1 || pl.SustainedTenantsToFill != 4 || pl.BudgetRate != 2 {
+			t.Errorf("plan: %+v, want TenantsToFill 1, SustainedTenantsToFill 4, BudgetRate 2", pl)
+		}
+		if c.TypicalDemand != 24 || c.TypicalSustained != 6 {
+			t.Errorf("typical demand %d, sustained %v; want 24 and 6", c.TypicalDemand, c.TypicalSustained)
+		}
+		if len(c.Warnings) != 2 || !strings.Contains(c.Warnings[0], "for as long as its Budget's Burst lasts (2 on average)") ||
+			!strings.Contains(c.Warnings[1], "may hold 24 connections at once (6 on average under its Budget)") {
+			t.Errorf("warnings: %q", c.Warnings)
+		}
+		permit, err := p.Gate().Acquire(context.Background(), "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer permit.Release()
+		if c := p.Sizing(); c.ActiveDemand != 8 || c.ActiveSustained != 2 {
+			t.Errorf("active demand %d, sustained %v; want 8 and 2", c.ActiveDemand, c.ActiveSustained)
 		}
 	})
 	t.Run("bad input", func(t *testing.T) {

@@ -106,6 +106,10 @@ func points(t testing.TB, rm metricdata.ResourceMetrics, name string) []point {
 		for _, p := range d.DataPoints {
 			out = append(out, point{attrs: p.Attributes, value: float64(p.Value)})
 		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, point{attrs: p.Attributes, value: p.Value})
+		}
 	case metricdata.Histogram[float64]:
 		for _, p := range d.DataPoints {
 			out = append(out, point{attrs: p.Attributes, value: float64(p.Count), sum: p.Sum, hist: p})
