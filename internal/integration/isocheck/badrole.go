@@ -31,27 +31,23 @@ func roleOf(tenant string) string {
 }
 
 // closeCounter is the pgxpool.Config's BeforeClose: it counts the
-// connections the pool closes while they still work (not those a killed
-// backend or a cut already broke, which pgx has closed by then).
-type closeCounter struct{ live atomic.Int64 }
+// connections the pool destroys, whether pgxpool closes them or tenantdb
+// closed them first (a failed reset at release).
+type closeCounter struct{ n atomic.Int64 }
 
-func (c *closeCounter) beforeClose(conn *pgx.Conn) {
-	if !conn.PgConn().IsClosed() {
-		c.live.Add(1)
-	}
-}
+func (c *closeCounter) beforeClose(*pgx.Conn) { c.n.Add(1) }
 
 // execBadRole runs o, two calls of badTenant, alone: the worker holds the
 // run's exclusive lock, so no other op and no fault runs meanwhile. Every
-// connection is first taken and given back by good tenants, so that each
-// idle one is reset and clean (a dirty session's reset may fail and close
-// it, rightly); then no connection may close while the bad tenant's calls
-// run and their connections go back.
+// connection is first taken by good tenants, a statement run on each, and
+// given back, so that each is working and reset (a broken one, or a dirty
+// session whose reset fails, is closed then, rightly); then no connection
+// may close while the bad tenant's calls run and their connections go back.
 func (rc *runCtx) execBadRole(o op) []string {
 	if !rc.cleanIdle() {
 		return nil // the pool did not come to rest: nothing can be told
 	}
-	before := rc.closes.live.Load()
+	before := rc.closes.n.Load()
 	var bad []string
 	for range 2 {
 		ctx, cancel := context.WithTimeout(tenantdb.WithTenant(rc.ctx, badTenant), 20*time.Second)
@@ -74,8 +70,8 @@ func (rc *runCtx) execBadRole(o op) []string {
 	if !rc.rest() {
 		return bad
 	}
-	if n := rc.closes.live.Load() - before; n > 0 {
-		bad = append(bad, fmt.Sprintf("tenant %s, whose role does not exist, closed %d working connections of the shared pool", badTenant, n))
+	if n := rc.closes.n.Load() - before; n > 0 {
+		bad = append(bad, fmt.Sprintf("tenant %s, whose role does not exist, closed %d connections of the shared pool", badTenant, n))
 	}
 	return bad
 }
