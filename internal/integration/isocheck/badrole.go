@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
@@ -30,12 +28,14 @@ func roleOf(tenant string) string {
 	return tenantRole(tenant)
 }
 
-// closeCounter is the pgxpool.Config's BeforeClose: it counts the
-// connections the pool destroys, whether pgxpool closes them or tenantdb
-// closed them first (a failed reset at release).
-type closeCounter struct{ n atomic.Int64 }
-
-func (c *closeCounter) beforeClose(*pgx.Conn) { c.n.Add(1) }
+// destroyed is how many connections the pool has closed so far: those it
+// made less those it has. pgxpool removes a connection from its count when
+// it destroys it, before its close runs in a goroutine of its own, so this
+// is exact once nothing is acquired (or being made: no MinConns here).
+func (rc *runCtx) destroyed() int64 {
+	st := rc.pool.Stat()
+	return st.NewConnsCount() - int64(st.TotalConns())
+}
 
 // execBadRole runs o, two calls of badTenant, alone: the worker holds the
 // run's exclusive lock, so no other op and no fault runs meanwhile. Every
@@ -47,7 +47,7 @@ func (rc *runCtx) execBadRole(o op) []string {
 	if !rc.cleanIdle() {
 		return nil // the pool did not come to rest: nothing can be told
 	}
-	before := rc.closes.n.Load()
+	before := rc.destroyed()
 	var bad []string
 	for range 2 {
 		ctx, cancel := context.WithTimeout(tenantdb.WithTenant(rc.ctx, badTenant), 20*time.Second)
@@ -70,7 +70,7 @@ func (rc *runCtx) execBadRole(o op) []string {
 	if !rc.rest() {
 		return bad
 	}
-	if n := rc.closes.n.Load() - before; n > 0 {
+	if n := rc.destroyed() - before; n > 0 {
 		bad = append(bad, fmt.Sprintf("tenant %s, whose role does not exist, closed %d connections of the shared pool", badTenant, n))
 	}
 	return bad

@@ -114,10 +114,9 @@ func (c config) expected(e *env, tenant string) probeResult {
 var classNames = []string{"", "batch", "report"}
 
 // newPool builds the Pool of configuration c with maxConns connections (the
-// budget with Config.Database), whose pgxpool counts in closes the working
-// connections it closes; it returns the Pool, the cluster limiter's key
-// prefix, and what must be closed after it.
-func (c config) newPool(ctx context.Context, e *env, maxConns int, closes *closeCounter) (p *tenantdb.Pool, prefix string, closeAll func(), err error) {
+// budget with Config.Database); it returns the Pool, the cluster limiter's
+// key prefix, and what must be closed after it.
+func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.Pool, prefix string, closeAll func(), err error) {
 	dsn := e.appDSN
 	closeExtra := func() {}
 	if c.pooler {
@@ -151,7 +150,6 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int, closes *close
 		return nil, "", nil, err
 	}
 	pcfg.MaxConns = int32(maxConns)
-	pcfg.BeforeClose = closes.beforeClose
 	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
 	if c.scope == tenantdb.ScopeTransaction {
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // as New requires

@@ -55,8 +55,7 @@ type runCtx struct {
 	drops       map[string][]*dropWindow // guarded by mu: when each tenant's database was missing
 	redisCuts   []*dropWindow            // guarded by mu: when Redis was cut off
 
-	adapters *adapters    // the HTTP middleware and the Runner (adapters.go)
-	closes   closeCounter // working connections the pool closed (badrole.go)
+	adapters *adapters // the HTTP middleware and the Runner (adapters.go)
 	// excl is held shared by every op and fault, and alone by an op of the
 	// tenant with a bad role, which must run with nothing else.
 	excl              sync.RWMutex
@@ -203,7 +202,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 		return nil, err
 	}
 	rc := &runCtx{cfg: c, env: e, stickyState: map[string]map[string]bool{}, drops: map[string][]*dropWindow{}}
-	p, prefix, closePool, err := c.newPool(parent, e, o.maxConns, &rc.closes)
+	p, prefix, closePool, err := c.newPool(parent, e, o.maxConns)
 	if err != nil {
 		return nil, err
 	}
