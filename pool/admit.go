@@ -71,8 +71,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		d.Class = class.name
 	}
 	var now int64
-	if g.cfg.Lookup != nil || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
-		now = g.clock() // Lookup answers expire; traced and adaptive permits are all timed
+	if g.resolves() || g.cfg.Tracer != nil || g.cfg.Adaptive.Enabled {
+		now = g.clock() // Lookup and Placement answers expire; traced and adaptive permits are all timed
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -83,7 +83,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if t == nil || t.id != id {
 		t = g.tenants[id] // a tracked ID was validated when it was first seen
 	}
-	if t == nil || (g.cfg.Lookup != nil && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
+	if t == nil || (g.resolves() && now-t.resolvedAt > int64(g.cfg.LookupTTL) && !t.refreshing) {
 		var err error
 		if t, err = g.resolveLocked(ctx, id, t); err != nil {
 			return Permit{}, err // resolveLocked unlocked
@@ -96,8 +96,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if t.planVersion != t.plan.version {
 		g.applyLimitLocked(t) // SetPlan has not reached this tenant yet
 	} else if t.reserved < min(t.plan.ReservedConns, t.cap) {
-		g.reserveLocked(t) // a reservation that did not fit may fit now
-		g.dispatchLocked() // and its waiters may go first now
+		g.reserveLocked(t)      // a reservation that did not fit may fit now
+		g.dispatchLocked(t.srv) // and its waiters may go first now
 	}
 	var l *lane // nil for the default class of a tenant that never waited nor used a class
 	if class.index != 0 || t.wait != nil {
@@ -296,7 +296,7 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 			w.expired = true
 		case refill:
 			g.promoteLocked(w.t)
-			g.dispatchLocked()
+			g.dispatchLocked(w.t.srv)
 		case wakeIgnoredHook != nil:
 			g.mu.Unlock()
 			wakeIgnoredHook()
@@ -352,12 +352,15 @@ func (g *Gate) failLocked(w *waiter, o Outcome, err error) {
 		fallthrough
 	case stageCluster: // its caller counted it out of clusterPending
 		g.promoteLocked(t)
-		g.dispatchLocked() // for a promoted request that kept its cluster lease
+		g.dispatchLocked(t.srv) // for a promoted request that kept its cluster lease
 	}
 	now := g.nowLocked()
 	g.waiting--
 	l.class.waiting--
 	w.endLocked(o, err, now)
+	if t.next != nil {
+		g.settleLocked(t)
+	}
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
 	}
@@ -369,7 +372,7 @@ func (g *Gate) takeLocked(t *tenant, c *classState) {
 		grantHook(g, t, c)
 	}
 	if t.inUse < t.reserved {
-		g.reservedFree--
+		t.srv.reservedFree--
 	}
 	t.inUse++
 	inDefault := t.inUse
@@ -382,6 +385,8 @@ func (g *Gate) takeLocked(t *tenant, c *classState) {
 		t.ad.granted(inDefault)
 	}
 	c.used++
+	t.srv.classes[c.index].used++
+	t.srv.used++
 	g.used++
 }
 

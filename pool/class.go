@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -53,8 +52,9 @@ type Class struct {
 	MaxWaiting int
 	MaxWait    time.Duration
 
-	// MaxShare is the fraction of Config.Capacity that the class's work of
-	// all tenants together may hold at once, so that work of the default
+	// MaxShare is the fraction of Config.Capacity (of each server's, with
+	// Config.Servers) that the class's work of all tenants together may
+	// hold at once, so that work of the default
 	// class finds free capacity without waiting behind any tenant's batch.
 	// Default 0.75; from 0 to 1; at least one permit.
 	MaxShare float64
@@ -89,14 +89,12 @@ type classState struct {
 	name  string
 	Class // the default class's MaxConns is unused: the tenant's limit is its cap
 	index uint8
-	share int // most permits held across tenants: MaxShare of Capacity, at least 1
-	keep  int // MinShare of Capacity, at least 1; 0 for the default class
+	// Its share of each server's capacity, what it holds there and its
+	// fair ring are the server's (shared.classes).
 
-	used     int        // guarded by Gate.mu: permits of the class held, all tenants
-	waiting  int        // guarded by Gate.mu: requests of the class waiting, all tenants
-	ring     fairRing   // guarded by Gate.mu: lanes of the class waiting for capacity, weighted round-robin
-	reserved list[lane] // guarded by Gate.mu: lanes of the class waiting while their tenant is below its reservation
-	counters            // guarded by Gate.mu
+	used     int // guarded by Gate.mu: permits of the class held, all tenants
+	waiting  int // guarded by Gate.mu: requests of the class waiting, all tenants
+	counters     // guarded by Gate.mu
 }
 
 type classKey struct{}
@@ -164,7 +162,8 @@ func newClasses(cfg *Config) ([]*classState, error) {
 	if len(cfg.Classes) > MaxClasses {
 		return nil, fmt.Errorf("%w: %d Classes, at most %d", ErrInvalidConfig, len(cfg.Classes), MaxClasses)
 	}
-	classes := []*classState{{name: DefaultClass, share: cfg.Capacity, Class: Class{MaxShare: 1}}}
+	classes := []*classState{{name: DefaultClass, Class: Class{MaxShare: 1}}}
+	capacity := cfg.tenantCapacity()
 	for _, name := range slices.Sorted(mapKeys(cfg.Classes)) {
 		c := cfg.Classes[name]
 		bad := func(format string, args ...any) error {
@@ -185,8 +184,8 @@ func newClasses(cfg *Config) ([]*classState, error) {
 		switch {
 		case c.MaxConns <= 0:
 			return nil, bad("MaxConns must be positive, got %d", c.MaxConns)
-		case c.MaxConns > cfg.Capacity:
-			return nil, bad("MaxConns %d is above the capacity %d", c.MaxConns, cfg.Capacity)
+		case c.MaxConns > capacity:
+			return nil, bad("MaxConns %d is above the capacity %d", c.MaxConns, capacity)
 		case c.MaxWaiting < Unbounded:
 			return nil, bad("MaxWaiting must be 0 or more, or Unbounded, got %d", c.MaxWaiting)
 		case c.MaxWait < 0:
@@ -202,9 +201,7 @@ func newClasses(cfg *Config) ([]*classState, error) {
 		case !(c.MinShare > 0 && c.MinShare <= c.MaxShare):
 			return nil, bad("MinShare must be above 0 and at most MaxShare %v, got %v", c.MaxShare, c.MinShare)
 		}
-		share := max(1, int(math.Floor(c.MaxShare*float64(cfg.Capacity)+1e-9)))
-		keep := min(share, max(1, int(math.Floor(c.MinShare*float64(cfg.Capacity)+1e-9))))
-		classes = append(classes, &classState{name: name, Class: c, index: uint8(len(classes)), share: share, keep: keep})
+		classes = append(classes, &classState{name: name, Class: c, index: uint8(len(classes))})
 	}
 	return classes, nil
 }

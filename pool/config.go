@@ -214,6 +214,24 @@ type Config struct {
 	// 10,000.
 	MaxDatabases int
 
+	// Servers, when set, splits the shared capacity by server: each named
+	// server has its own capacity, and a tenant's requests take capacity on
+	// the server Placement puts it on only, so tenants on one server never
+	// wait for another's. Reservations (MaxReserved, per server), class
+	// shares and weights hold on each server; a plan's caps must fit in the
+	// smallest. Capacity is then their sum: leave it 0. tenantdb.NewServers
+	// sets it from each server's MaxConns. Default nil: one server.
+	Servers map[string]int
+
+	// Placement, required with Servers, says which server (and database)
+	// each tenant runs on. It is asked with Lookup, outside any lock, and its
+	// answer is used and refreshed as Lookup's (LookupTTL); its errors,
+	// panics and unknown servers fail the tenant's requests with
+	// ErrNoPlacement, cached for LookupErrorTTL, never a default server. A
+	// new answer takes effect once the tenant holds no capacity: its work in
+	// flight stays where it was admitted.
+	Placement func(ctx context.Context, tenantID string) (Placement, error)
+
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, tenantdb.New checks that that many tenants at
 	// the default plan's cap fit in Capacity and logs a warning if not;
@@ -241,18 +259,22 @@ const (
 // withDefaults returns a copy of c with defaults filled in, or an error
 // wrapping ErrInvalidConfig when the configuration cannot work.
 func (c Config) withDefaults() (_ Config, err error) {
+	if err := c.validateServers(); err != nil {
+		return c, err
+	}
 	if c.Capacity <= 0 {
 		return c, fmt.Errorf("%w: Capacity must be positive, got %d", ErrInvalidConfig, c.Capacity)
 	}
+	capacity := c.tenantCapacity()
 	if c.MaxReserved == 0 {
-		c.MaxReserved = c.Capacity / 2
+		c.MaxReserved = capacity / 2
 	}
-	if c.MaxReserved < 0 || c.MaxReserved >= c.Capacity && c.MaxReserved > 0 {
-		return c, fmt.Errorf("%w: MaxReserved %d must be from 0 to below Capacity %d, so that some capacity stays shared",
-			ErrInvalidConfig, c.MaxReserved, c.Capacity)
+	if c.MaxReserved < 0 || c.MaxReserved >= capacity && c.MaxReserved > 0 {
+		return c, fmt.Errorf("%w: MaxReserved %d must be from 0 to below Capacity %d (the smallest server's with Servers), "+
+			"so that some capacity stays shared", ErrInvalidConfig, c.MaxReserved, capacity)
 	}
 	if len(c.Plans) == 0 {
-		c.Plans = map[string]Plan{defaultPlanName: {MaxConns: max(1, c.Capacity/2)}}
+		c.Plans = map[string]Plan{defaultPlanName: {MaxConns: max(1, capacity/2)}}
 	}
 	if c.DefaultPlan == "" {
 		if len(c.Plans) == 1 {
@@ -267,7 +289,7 @@ func (c Config) withDefaults() (_ Config, err error) {
 		return c, fmt.Errorf("%w: DefaultPlan %q is not one of Plans", ErrInvalidConfig, c.DefaultPlan)
 	}
 	for name, p := range c.Plans {
-		if err := p.validate(name, c.Capacity, c.MaxReserved); err != nil {
+		if err := p.validate(name, capacity, c.MaxReserved); err != nil {
 			return c, err
 		}
 	}

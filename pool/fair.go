@@ -105,53 +105,56 @@ func (g *Gate) fixLinesLocked(t *tenant) {
 	}
 	for i := range c.lanes {
 		l := &c.lanes[i]
+		sc := t.srv.classes[i]
 		if inRing := l.globalQ.n > 0; inRing != l.inRing {
 			if inRing {
-				l.class.ring.add(l)
+				sc.ring.add(l)
 			} else {
-				l.class.ring.remove(l, l.capQ.n > 0 || l.clusterPending > 0)
+				sc.ring.remove(l, l.capQ.n > 0 || l.clusterPending > 0)
 			}
 		}
 		if inRes := l.globalQ.n > 0 && t.inUse < t.reserved; inRes != l.inRes {
 			if inRes {
-				l.class.reserved.pushBack(&l.resLink)
+				sc.reserved.pushBack(&l.resLink)
 			} else {
-				l.class.reserved.remove(&l.resLink)
+				sc.reserved.remove(&l.resLink)
 			}
 			l.inRes = inRes
 		}
 	}
 }
 
-// grantableLocked reports whether t may take a unit of global capacity for
-// work of class c now without passing anyone the fair gate would serve
-// first.
+// grantableLocked reports whether t may take a unit of its server's
+// capacity for work of class c now without passing anyone the fair gate
+// would serve first.
 func (g *Gate) grantableLocked(t *tenant, c *classState) bool {
-	free := g.cfg.Capacity - g.used
-	if free <= 0 || c.used >= c.share {
+	s := t.srv
+	free := s.capacity - s.used
+	if sc := s.classes[c.index]; free <= 0 || sc.used >= sc.share {
 		return false
 	}
-	return t.inUse < t.reserved || free-1 >= g.reservedFree
+	return t.inUse < t.reserved || free-1 >= s.reservedFree
 }
 
-// dispatchLocked grants global capacity to waiting requests while there is
-// some: reserved lines first, then the weighted rings. It keeps the invariant
-// that, when it returns, no waiting request could be granted.
-func (g *Gate) dispatchLocked() {
+// dispatchLocked grants server s's capacity to its waiting requests while
+// there is some: reserved lines first, then the weighted rings. It keeps the
+// invariant that, when it returns, no request waiting for s could be
+// granted.
+func (g *Gate) dispatchLocked(s *shared) {
 	var now int64
-	for g.used < g.cfg.Capacity {
+	for s.used < s.capacity {
 		var l *lane
-		for _, c := range g.classes {
+		for _, c := range s.classes {
 			if c.used < c.share && c.reserved.head != nil {
 				l = c.reserved.front()
 				break
 			}
 		}
 		if l == nil {
-			if g.cfg.Capacity-g.used-1 < g.reservedFree {
+			if s.capacity-s.used-1 < s.reservedFree {
 				return // what is free is kept for reservations not yet taken
 			}
-			if l = g.nextLaneLocked(); l == nil {
+			if l = s.nextLaneLocked(); l == nil {
 				return
 			}
 		}
@@ -169,20 +172,20 @@ func (g *Gate) dispatchLocked() {
 // in that class's ring, or nil when no class below its MaxShare has
 // waiters: a class below its MinShare first (so it never starves), then the
 // default class, then the other classes, one grant each in turn.
-func (g *Gate) nextLaneLocked() *lane {
-	named := g.classes[1:]
+func (s *shared) nextLaneLocked() *lane {
+	named := s.classes[1:]
 	for _, c := range named {
 		if c.used < c.keep && c.ring.cursor != nil {
 			return c.ring.next()
 		}
 	}
-	if c := g.classes[0]; c.ring.cursor != nil {
+	if c := s.classes[0]; c.ring.cursor != nil {
 		return c.ring.next()
 	}
 	for i := range named {
-		c := named[(g.classTurn+i)%len(named)]
+		c := named[(s.classTurn+i)%len(named)]
 		if c.used < c.share && c.ring.cursor != nil {
-			g.classTurn = (g.classTurn + i + 1) % len(named)
+			s.classTurn = (s.classTurn + i + 1) % len(named)
 			return c.ring.next()
 		}
 	}

@@ -24,8 +24,6 @@ type Gate struct {
 	closed        bool                  // guarded by mu
 	used          int                   // guarded by mu: permits granted, all tenants
 	waiting       int                   // guarded by mu: requests waiting, all tenants
-	reservedFree  int                   // guarded by mu: Σ max(0, reserved-inUse) over tenants
-	reservedTotal int                   // guarded by mu: Σ reserved over tenants
 	tenants       map[string]*tenant    // guarded by mu
 	recent        *tenant               // guarded by mu: the last tenant admitted, so a run of its requests skips the map
 	tenantsPeak   int                   // guarded by mu: most tenants tracked since the map was last rebuilt
@@ -34,7 +32,8 @@ type Gate struct {
 	overrides     map[string]int        // guarded by mu: SetTenantLimit values
 	failed        failedLookups         // guarded by mu: recent Lookup failures
 	classes       []*classState         // the default class, then Config.Classes by name; fixed after New
-	classTurn     int                   // guarded by mu: the named class whose turn is next in nextLaneLocked
+	servers       map[string]*placed    // the servers' stages by name (one, "", without Config.Servers); fixed after New
+	serverList    []*shared             // the same, by name; fixed after New
 	fresh, idle   list[tenant]          // guarded by mu
 	freePermits   *permitState          // guarded by mu: released permit states, for reuse
 	sampleTick    uint32                // guarded by mu
@@ -83,6 +82,10 @@ func New(cfg Config) (*Gate, error) {
 		if p.Budget.Rate > 0 {
 			g.budgets.Store(true)
 		}
+	}
+	g.servers = newServers(&g.cfg, classes)
+	for _, name := range slices.Sorted(mapKeys(g.servers)) {
+		g.serverList = append(g.serverList, g.servers[name].srv)
 	}
 	g.defaultPlan = g.plans[cfg.DefaultPlan]
 	g.cfg.Plans = nil // g.plans is the truth from here on

@@ -103,10 +103,8 @@ func (g *Gate) evictLocked(t *tenant) {
 	}
 	g.evicted++
 	if t.reserved > 0 { // inUse is 0: the whole reservation was kept free
-		g.reservedFree -= t.reserved
-		g.reservedTotal -= t.reserved
-		t.reserved = 0
-		g.dispatchLocked()
+		g.unreserveLocked(t)
+		g.dispatchLocked(t.srv)
 	}
 }
 

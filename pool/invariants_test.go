@@ -91,8 +91,11 @@ func grantViolation(g *Gate, tn *tenant, c *classState) string {
 		return fmt.Sprintf("%s class %s: %d in use of its limit %d", tn.id, c.name, laneInUse, laneLimit)
 	case tn.inUse >= tn.cap:
 		return fmt.Sprintf("%s: %d in use of its cap %d", tn.id, tn.inUse, tn.cap)
-	case c.used >= c.share:
-		return fmt.Sprintf("class %s: %d in use of its share %d", c.name, c.used, c.share)
+	case tn.srv.classes[c.index].used >= tn.srv.classes[c.index].share:
+		return fmt.Sprintf("class %s on server %q: %d in use of its share %d", c.name, tn.srv.name,
+			tn.srv.classes[c.index].used, tn.srv.classes[c.index].share)
+	case tn.srv.used >= tn.srv.capacity:
+		return fmt.Sprintf("server %q: %d in use of %d", tn.srv.name, tn.srv.used, tn.srv.capacity)
 	case g.used >= g.cfg.Capacity:
 		return fmt.Sprintf("gate: %d in use of %d", g.used, g.cfg.Capacity)
 	}

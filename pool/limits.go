@@ -14,8 +14,8 @@ func (g *Gate) SetTenantLimit(tenantID string, n int) error {
 	if err := validateID(tenantID, g.cfg.MaxTenantIDLen); err != nil {
 		return err
 	}
-	if n < 0 || n > g.cfg.Capacity {
-		return fmt.Errorf("%w: tenant %q limit %d outside 0 to capacity %d", ErrInvalidConfig, tenantID, n, g.cfg.Capacity)
+	if capacity := g.cfg.tenantCapacity(); n < 0 || n > capacity {
+		return fmt.Errorf("%w: tenant %q limit %d outside 0 to capacity %d", ErrInvalidConfig, tenantID, n, capacity)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -37,7 +37,7 @@ func (g *Gate) SetTenantLimit(tenantID string, n int) error {
 // admissions go on meanwhile even with 100,000 tenants tracked; it is for
 // administrative changes, not per request.
 func (g *Gate) SetPlan(name string, p Plan) error {
-	if err := p.validate(name, g.cfg.Capacity, g.cfg.MaxReserved); err != nil {
+	if err := p.validate(name, g.cfg.tenantCapacity(), g.cfg.MaxReserved); err != nil {
 		return err
 	}
 	if err := validateClassConns(name, p, g.classes); err != nil {
@@ -118,11 +118,14 @@ func (g *Gate) applyLimitLocked(t *tenant) {
 		}
 		t.limit = t.ad.bound(g.adaptiveFloorLocked(t), limit)
 	}
+	if t.move != nil {
+		t.cap, t.limit = 0, 0 // draining: nothing more is granted until Resume
+	}
 	t.planVersion = t.plan.version
 	g.demoteLocked(t)
 	g.reserveLocked(t)
 	g.promoteLocked(t)
-	g.dispatchLocked()
+	g.dispatchLocked(t.srv)
 }
 
 // demoteLocked, after a cut, hands back tenant slots that requests waiting for
@@ -166,17 +169,16 @@ func (g *Gate) reserveLocked(t *tenant) {
 	if want == t.reserved {
 		return
 	}
-	g.reservedFree -= max(0, t.reserved-t.inUse)
-	g.reservedTotal -= t.reserved
-	t.reserved = 0
-	if g.reservedTotal+want <= g.cfg.MaxReserved {
+	g.unreserveLocked(t)
+	s := t.srv
+	if s.reservedTotal+want <= s.maxReserved {
 		t.reserved, t.reservationDenied = want, false
 	} else if !t.reservationDenied {
 		t.reservationDenied = true
 		g.resDenied++
 	}
-	g.reservedFree += max(0, t.reserved-t.inUse)
-	g.reservedTotal += t.reserved
+	s.reservedFree += max(0, t.reserved-t.inUse)
+	s.reservedTotal += t.reserved
 	g.fixLinesLocked(t)
 }
 

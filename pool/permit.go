@@ -28,6 +28,7 @@ type permitState struct {
 	weight  int64           // guarded by g.mu: how many permits a measured hold stands for
 	lease   ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
 	limits  timeLimits      // set at grant, before the holder sees the permit: its time limits
+	place   *placed         // set at grant, as limits: its tenant's placement then
 	charged int64           // guarded by g.mu: ns its grant charged to its tenant's budget
 	next    *permitState    // guarded by g.mu: in the free list
 }
@@ -115,11 +116,13 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 	}
 	s.gen++
 	lease = s.lease
-	s.t, s.class, s.ctx, s.start, s.weight, s.lease, s.charged = nil, nil, nil, 0, 0, nil, 0
+	s.t, s.class, s.ctx, s.start, s.weight, s.lease, s.charged, s.place = nil, nil, nil, 0, 0, nil, 0, nil
 	s.next, g.freePermits = g.freePermits, s
 
 	t.inUse--
 	c.used--
+	t.srv.classes[c.index].used--
+	t.srv.used--
 	g.used--
 	inDefault := t.inUse
 	if l != nil {
@@ -127,7 +130,7 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 		inDefault = t.wait.lanes[0].inUse
 	}
 	if t.inUse < t.reserved {
-		g.reservedFree++
+		t.srv.reservedFree++
 	}
 	if t.ad != nil && start != 0 && c.index == 0 {
 		// Only the default class's holds drive the adaptive limit, which
@@ -140,7 +143,13 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 			g.fixLinesLocked(t)
 			g.promoteLocked(t)
 		}
-		g.dispatchLocked()
+		g.dispatchLocked(t.srv)
+	}
+	if t.next != nil {
+		g.settleLocked(t)
+	}
+	if t.move != nil {
+		g.drainedLocked(t)
 	}
 	if t.isIdle() {
 		g.markIdleLocked(t, now)
@@ -165,7 +174,7 @@ func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 	} else {
 		s = &permitState{g: g}
 	}
-	s.t, s.class, s.limits = t, c, t.timeLimits(c)
+	s.t, s.class, s.limits, s.place = t, c, t.timeLimits(c), t.place
 	g.chargeGrantLocked(t, s, now)
 	return Permit{s: s, gen: s.gen}
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// resolveLocked finds or creates the state of tenant id, asking Lookup (outside
-// the lock) when one is configured. Called with g.mu held; returns with it held
+// resolveLocked finds or creates the state of tenant id, asking Lookup and
+// Placement (outside the lock) when they are configured. Called with g.mu held; returns with it held
 // on success and released on error. stale is the existing state whose Lookup
 // answer expired, or nil.
 func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*tenant, error) {
@@ -18,7 +18,8 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 		}
 	}
 	var answer Tenant
-	if g.cfg.Lookup != nil {
+	var place Placement
+	if g.resolves() {
 		if err := g.failed.getLocked(id, g.nowLocked(), int64(g.cfg.LookupErrorTTL)); err != nil {
 			g.mu.Unlock()
 			return nil, err
@@ -27,14 +28,22 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			stale.refreshing = true // others keep using the stale answer meanwhile
 		}
 		g.mu.Unlock()
-		var err error
-		answer, err = g.lookup(ctx, id, stale)
+		var err, placeErr error
+		if g.cfg.Lookup != nil {
+			answer, err = g.lookup(ctx, id, stale)
+		}
+		if err == nil && g.cfg.Placement != nil {
+			place, placeErr = g.place(ctx, id)
+		}
 		g.mu.Lock()
 		if stale != nil {
 			stale.refreshing = false
 		}
 		if err != nil {
 			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("pool: lookup tenant %q: %w", id, lookupError{err}))
+		}
+		if placeErr != nil {
+			return nil, g.lookupFailedLocked(ctx, id, placeErr)
 		}
 		if g.closed {
 			g.mu.Unlock()
@@ -47,14 +56,18 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 			return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w %q for tenant %q", ErrUnknownPlan, answer.Plan, id))
 		}
 	}
-	if answer.MaxConns < 0 || answer.MaxConns > g.cfg.Capacity {
+	if capacity := g.cfg.tenantCapacity(); answer.MaxConns < 0 || answer.MaxConns > capacity {
 		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q MaxConns %d, outside 0 to capacity %d",
-			ErrInvalidConfig, id, answer.MaxConns, g.cfg.Capacity))
+			ErrInvalidConfig, id, answer.MaxConns, capacity))
 	}
 	if answer.StatementTimeout < 0 || answer.IdleInTransactionTimeout < 0 || answer.MaxHold < 0 {
 		return nil, g.lookupFailedLocked(ctx, id, fmt.Errorf("%w: Lookup gave tenant %q a negative time limit: "+
 			"StatementTimeout %v, IdleInTransactionTimeout %v, MaxHold %v",
 			ErrInvalidConfig, id, answer.StatementTimeout, answer.IdleInTransactionTimeout, answer.MaxHold))
+	}
+	at, err := g.placedLocked(id, place)
+	if err != nil {
+		return nil, g.lookupFailedLocked(ctx, id, err)
 	}
 	now := g.nowLocked()
 	t := g.tenants[id] // it may have been created while the lock was released
@@ -76,6 +89,7 @@ func (g *Gate) resolveLocked(ctx context.Context, id string, stale *tenant) (*te
 	if answer.StatementTimeout > 0 || answer.IdleInTransactionTimeout > 0 || answer.MaxHold > 0 {
 		t.lookupLimits = &timeLimits{stmt: answer.StatementTimeout, idle: answer.IdleInTransactionTimeout, hold: answer.MaxHold}
 	}
+	g.placeLocked(t, at)
 	g.applyLimitLocked(t)
 	return t, nil
 }
@@ -90,6 +104,10 @@ func (g *Gate) lookupFailedLocked(ctx context.Context, id string, err error) err
 	g.mu.Unlock()
 	return err
 }
+
+// resolves reports whether a tenant's state comes from Lookup or
+// Placement, which are asked again when their answer is LookupTTL old.
+func (g *Gate) resolves() bool { return g.cfg.Lookup != nil || g.cfg.Placement != nil }
 
 // lookup calls Config.Lookup, unlocked. Should Lookup panic, stale's refresh
 // is marked over before the panic goes on to the caller, so that the next

@@ -9,6 +9,9 @@ import (
 type TenantStat struct {
 	Tenant string
 	Plan   string
+	// Server is the server its permits are granted on (Config.Servers); ""
+	// without servers.
+	Server string
 	// Limit is the tenant's cap; Reserved its reservation in force.
 	Limit, Reserved int
 	// EffectiveLimit is how many permits the tenant may hold now: Limit, or
@@ -101,11 +104,15 @@ func (g *Gate) Stat() Stat {
 	defer g.mu.Unlock()
 	for i := 0; i < cap(classes); i++ {
 		c := g.classes[i]
-		classes = append(classes, classStat(c.name, c.share, c.used, c.waiting, &c.counters))
+		share := 0
+		for _, s := range g.serverList {
+			share += s.classes[i].share
+		}
+		classes = append(classes, classStat(c.name, share, c.used, c.waiting, &c.counters))
 	}
 	return Stat{
 		Capacity: g.cfg.Capacity, InUse: g.used, Waiting: g.waiting,
-		Tenants: len(g.tenants), Reserved: g.reservedTotal,
+		Tenants: len(g.tenants), Reserved: g.reservedLocked(),
 		Acquired: g.totals.outcomes[Acquired], Rejected: g.totals.outcomes[Rejected],
 		TimedOut: g.totals.outcomes[TimedOut], Cancelled: g.totals.outcomes[Cancelled],
 		WaitTime: time.Duration(g.totals.waitTotal), HoldTime: time.Duration(g.totals.holdTotal),
@@ -159,7 +166,7 @@ func (g *Gate) AppendTenantStat(dst []TenantStat) []TenantStat {
 
 func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 	s := TenantStat{
-		Tenant: t.id, Plan: t.plan.name,
+		Tenant: t.id, Plan: t.plan.name, Server: t.srv.name,
 		Limit: t.cap, EffectiveLimit: t.limit, Reserved: t.reserved, InUse: t.inUse, Waiting: t.waiting(),
 		Acquired: t.outcomes[Acquired], Rejected: t.outcomes[Rejected],
 		TimedOut: t.outcomes[TimedOut], Cancelled: t.outcomes[Cancelled],
@@ -207,6 +214,16 @@ func (g *Gate) Plans() (plans map[string]Plan, defaultPlan string) {
 	return plans, g.defaultPlan.name
 }
 
+// reservedLocked is the reservations in force on every server.
+func (g *Gate) reservedLocked() int {
+	n := 0
+	for _, s := range g.serverList {
+		n += s.reservedTotal
+	}
+	return n
+}
+
 // MaxReserved returns Config.MaxReserved with its default applied: the most
-// global capacity the reservations in force may keep.
+// global capacity the reservations in force may keep (on each server, with
+// Config.Servers).
 func (g *Gate) MaxReserved() int { return g.cfg.MaxReserved }

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -20,17 +21,19 @@ import (
 // limits change while many requests are between their tenant slot and the
 // cluster's answer (the interleaving that once granted above a lowered cap).
 func TestStressInvariants(t *testing.T) {
-	t.Run("local", func(t *testing.T) { stress(t, nil, false, false) })
-	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster(), false, false) })
+	t.Run("local", func(t *testing.T) { stress(t, nil, false, false, false) })
+	t.Run("cluster", func(t *testing.T) { stress(t, newMemCluster(), false, false, false) })
 	t.Run("slow-cluster", func(t *testing.T) {
 		mc := newMemCluster()
 		mc.delay = 500 * time.Microsecond
-		stress(t, mc, false, false)
+		stress(t, mc, false, false, false)
 	})
-	t.Run("adaptive", func(t *testing.T) { stress(t, nil, true, false) })
-	t.Run("adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, false) })
-	t.Run("classes", func(t *testing.T) { stress(t, nil, false, true) })
-	t.Run("classes-adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, true) })
+	t.Run("adaptive", func(t *testing.T) { stress(t, nil, true, false, false) })
+	t.Run("adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, false, false) })
+	t.Run("classes", func(t *testing.T) { stress(t, nil, false, true, false) })
+	t.Run("classes-adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, true, false) })
+	t.Run("servers", func(t *testing.T) { stress(t, nil, false, false, true) })
+	t.Run("servers-classes-cluster", func(t *testing.T) { stress(t, newMemCluster(), false, true, true) })
 }
 
 // stress runs the workload; with adaptive, effective limits move all the
@@ -39,7 +42,12 @@ func TestStressInvariants(t *testing.T) {
 // classes, requests are of two classes besides the default one (and now
 // and then of an unknown one), whose caps inside the tenants and shares of
 // the capacity are checked at every grant as well.
-func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
+//
+// With servers, the capacity is split over two servers, the placement of
+// every tenant flips between them all the time (taken once it holds
+// nothing), and tenants are drained and resumed, on either server or where
+// they were, at random.
+func stress(t *testing.T, mc *memCluster, adaptive, classes, servers bool) {
 	var violations, cutSeen, raisedSeen atomic.Int64
 	grantHook = func(g *Gate, tn *tenant, c *classState) {
 		if tn.limit < tn.cap {
@@ -61,9 +69,24 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 		defer func() { inflationSlack = slack }()
 	}
 
-	const capacity, tenants, workers = 8, 24, 48
+	const tenants, workers = 24, 48
+	capacity, totalCapacity := 8, 8
+	var flip atomic.Int64 // with servers: bumped to move tenants between them
+	var srvs map[string]int
+	var place func(context.Context, string) (Placement, error)
+	if servers {
+		capacity, totalCapacity, srvs = 6, 14, map[string]int{"a": 8, "b": 6}
+		place = func(_ context.Context, id string) (Placement, error) {
+			if (int64(len(id))+int64(id[len(id)-1])+flip.Load())%2 == 0 {
+				return Placement{Server: "a"}, nil
+			}
+			return Placement{Server: "b"}, nil
+		}
+	}
 	g, err := New(Config{
-		Capacity:    capacity,
+		Capacity:    totalCapacity,
+		Servers:     srvs,
+		Placement:   place,
 		MaxReserved: 4,
 		Plans: map[string]Plan{
 			"free": {MaxConns: 2},
@@ -152,6 +175,22 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 			}
 			g.InvalidateTenant(id)
 			g.EvictIdle()
+			if servers {
+				flip.Add(int64(rng.IntN(2)))
+				if d, err := g.Drain(ctx, fmt.Sprintf("tenant-%d", rng.IntN(tenants))); err == nil {
+					time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+					var at *Placement
+					switch rng.IntN(3) {
+					case 0:
+						at = &Placement{Server: "a"}
+					case 1:
+						at = &Placement{Server: "b"}
+					}
+					_ = d.Resume(at) // an error when not drained: it resumes where it was
+				} else if !errors.Is(err, ErrMoving) && ctx.Err() == nil && !errors.Is(err, ErrTooManyTenants) {
+					t.Error(err)
+				}
+			}
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
@@ -163,13 +202,20 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes bool) {
 	}
 	g.mu.Lock()
 	for _, c := range g.classes {
-		if c.used != 0 || c.waiting != 0 || c.ring.cursor != nil || c.reserved.head != nil {
-			t.Errorf("class %s bookkeeping off: %d used, %d waiting, ring %v, line %v",
-				c.name, c.used, c.waiting, c.ring.cursor != nil, c.reserved.head != nil)
+		if c.used != 0 || c.waiting != 0 {
+			t.Errorf("class %s bookkeeping off: %d used, %d waiting", c.name, c.used, c.waiting)
 		}
 	}
-	if g.reservedFree != g.reservedTotal {
-		t.Errorf("bookkeeping off: reservedFree %d reservedTotal %d", g.reservedFree, g.reservedTotal)
+	for _, s := range g.serverList {
+		for i, c := range s.classes {
+			if c.used != 0 || c.ring.cursor != nil || c.reserved.head != nil {
+				t.Errorf("server %q class %d bookkeeping off: %d used, ring %v, line %v",
+					s.name, i, c.used, c.ring.cursor != nil, c.reserved.head != nil)
+			}
+		}
+		if s.used != 0 || s.reservedFree != s.reservedTotal {
+			t.Errorf("server %q bookkeeping off: %d used, reservedFree %d reservedTotal %d", s.name, s.used, s.reservedFree, s.reservedTotal)
+		}
 	}
 	for id, tn := range g.tenants {
 		if tn.ad != nil && len(tn.ad.out) != 0 {

@@ -44,6 +44,10 @@ type tenant struct {
 	bucket *bucket        // guarded by Gate.mu: nil until its plan's Budget is first checked
 
 	exceeded *[numTimeLimits]uint64 // guarded by Gate.mu: work ended for each time limit (Permit.Exceeded); nil until one
+	place    *placed                // guarded by Gate.mu: where its permits are granted (Config.Placement)
+	srv      *shared                // guarded by Gate.mu: place.srv, the server whose capacity it takes
+	next     *placed                // guarded by Gate.mu: a new placement, taken once it holds no capacity
+	move     *drainState            // guarded by Gate.mu: the drain in force (Gate.Drain), nil for none
 
 	idleList          uint8        // guarded by Gate.mu: which idle list holds the tenant, if any
 	reservationDenied bool         // guarded by Gate.mu: its reservation did not fit; counted once
@@ -127,7 +131,7 @@ func (t *tenant) held() int {
 	return n
 }
 
-func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 }
+func (t *tenant) isIdle() bool { return t.inUse == 0 && t.waiting() == 0 && t.move == nil }
 
 // held is how many of the tenant's slots the lane takes.
 func (l *lane) held() int { return l.inUse + l.globalQ.n + l.clusterPending }

@@ -39,7 +39,9 @@ const failHold = time.Second
 // database, created on first use from the template config and dropped when
 // unused, all opening their connections within one budget.
 type databases struct {
-	name     func(tenantID string) (string, error)
+	name     func(tenantID string) (string, error) // Config.Database; nil with NewServers without it
+	server   string                                // the server's name with NewServers, else ""
+	down     atomic.Pointer[downState]             // with NewServers: set while the server is known down
 	template *pgxpool.Config
 	max      int
 	idleTTL  time.Duration
@@ -130,6 +132,7 @@ func (d *databases) wrapTemplate(pgxCfg *pgxpool.Config, db *database) {
 		}
 		db.opens.Add(1)
 		d.totals.opens.Add(1)
+		d.up()
 		if afterConnect != nil {
 			return afterConnect(ctx, c)
 		}
@@ -145,19 +148,26 @@ func (d *databases) tenantDatabase(tenant string) (name string, err error) {
 		}
 	}()
 	name, err = d.name(tenant)
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", fmt.Errorf("%w: Config.Database for tenant %q: %w", ErrNoDatabase, tenant, err)
-	case name == "":
-		return "", fmt.Errorf("%w: Config.Database returned an empty name for tenant %q", ErrNoDatabase, tenant)
-	case len(name) > maxIdentifierLen:
-		return "", fmt.Errorf("%w: Config.Database returned %q of %d bytes for tenant %q; "+
-			"PostgreSQL truncates names to %d bytes, so two tenants could share it",
-			ErrNoDatabase, name, len(name), tenant, maxIdentifierLen)
-	case strings.IndexByte(name, 0) >= 0:
-		return "", fmt.Errorf("%w: Config.Database returned a name with a NUL byte for tenant %q", ErrNoDatabase, tenant)
 	}
-	return name, nil
+	return name, checkDatabaseName("Config.Database", tenant, name)
+}
+
+// checkDatabaseName says why name, from source, cannot be tenant's
+// database, or returns nil.
+func checkDatabaseName(source, tenant, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s returned an empty name for tenant %q", ErrNoDatabase, source, tenant)
+	case len(name) > maxIdentifierLen:
+		return fmt.Errorf("%w: %s returned %q of %d bytes for tenant %q; "+
+			"PostgreSQL truncates names to %d bytes, so two tenants could share it",
+			ErrNoDatabase, source, name, len(name), tenant, maxIdentifierLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: %s returned a name with a NUL byte for tenant %q", ErrNoDatabase, source, tenant)
+	}
+	return nil
 }
 
 // use returns the use of the database of the tenant in ctx, an admitted
@@ -169,9 +179,25 @@ func (d *databases) use(ctx context.Context) (*dbUse, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := d.acquire(name)
-	if err != nil {
+	return d.useName(name)
+}
+
+// useName returns the use of the database named name, or of the
+// template's own with "", or the error of its last failed connect while
+// that is recent.
+func (d *databases) useName(name string) (*dbUse, error) {
+	if err := d.checkDown(); err != nil {
 		return nil, err
+	}
+	var u *dbUse
+	if name == "" {
+		d.admin.busy.Add(1)
+		u = &dbUse{database: d.admin}
+	} else {
+		var err error
+		if u, err = d.acquire(name); err != nil {
+			return nil, err
+		}
 	}
 	if f := u.failed.Load(); f != nil && time.Now().Before(f.until) {
 		u.done()
@@ -262,16 +288,23 @@ func (u *dbUse) done() {
 // connectError names db in err and, when err is a connect the server
 // failed, keeps it for failHold so that the tenant's next calls fail
 // without connecting.
-func (db *database) connectError(tenant string, err error) error {
+func (db *database) connectError(ctx context.Context, tenant string, err error) error {
+	if db.d.server != "" && serverDown(ctx, err) {
+		defer func() { db.d.markDown(err) }()
+	}
 	var ce *pgconn.ConnectError
+	where := fmt.Sprintf("database %q", db.name)
+	if db.d.server != "" {
+		where = fmt.Sprintf("database %q on server %q", db.name, db.d.server)
+	}
 	if errors.As(err, &ce) {
-		err = fmt.Errorf("tenantdb: connect to database %q of tenant %q: %w", db.name, tenant, err)
+		err = fmt.Errorf("tenantdb: connect to %s of tenant %q: %w", where, tenant, err)
 		if serverFailed(err) {
 			db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
 		}
 		return err
 	}
-	return fmt.Errorf("tenantdb: database %q of tenant %q: %w", db.name, tenant, err)
+	return fmt.Errorf("tenantdb: %s of tenant %q: %w", where, tenant, err)
 }
 
 // serverFailed reports whether a failed connect is the server's doing (a

@@ -24,6 +24,8 @@ type DatabasesStat struct {
 // DatabaseStat is one database's connections.
 type DatabaseStat struct {
 	Database string
+	// Server is the database's server with NewServers, else "".
+	Server string
 	// Open counts its connections open or opening; Idle and InUse are its
 	// pgxpool's idle and acquired ones.
 	Open, Idle, InUse int
@@ -36,19 +38,36 @@ type DatabaseStat struct {
 func (db *database) stat() DatabaseStat {
 	s := db.pg.Stat()
 	return DatabaseStat{
-		Database: db.name,
-		Open:     int(db.open.Load()), Idle: int(s.IdleConns()), InUse: int(s.AcquiredConns()),
+		Database: db.name, Server: db.d.server,
+		Open: int(db.open.Load()), Idle: int(s.IdleConns()), InUse: int(s.AcquiredConns()),
 		Opens: db.opens.Load(), Closes: db.closes.Load(), ConnectTime: time.Duration(db.connecting.Load()),
 	}
 }
 
 // DatabasesStat returns the budget's totals; the zero value without
-// Config.Database.
+// Config.Database. With NewServers, the sums over the servers
+// (ServersStat has each).
 func (p *Pool) DatabasesStat() DatabasesStat {
+	if p.servers != nil {
+		var s DatabasesStat
+		for _, d := range p.servers {
+			ds := d.stat()
+			s.Budget += ds.Budget
+			s.Open += ds.Open
+			s.Databases += ds.Databases
+			s.Opens += ds.Opens
+			s.Closes += ds.Closes
+			s.ConnectTime += ds.ConnectTime
+		}
+		return s
+	}
 	if p.dbs == nil {
 		return DatabasesStat{}
 	}
-	d := p.dbs
+	return p.dbs.stat()
+}
+
+func (d *databases) stat() DatabasesStat {
 	s := DatabasesStat{Budget: d.budget.max, Open: d.budget.opened()}
 	d.mu.Lock()
 	s.Databases = len(d.byName)
@@ -60,8 +79,14 @@ func (p *Pool) DatabasesStat() DatabasesStat {
 // AppendDatabaseStat appends a snapshot of every database with a pgxpool
 // now, most recently used first, the template's own last, to dst. It
 // visits every database: call it for reports and metrics, not per request.
-// Without Config.Database it returns dst.
+// Without Config.Database it returns dst. With NewServers, every server's,
+// by server name.
 func (p *Pool) AppendDatabaseStat(dst []DatabaseStat) []DatabaseStat {
+	for _, name := range p.Servers() {
+		d := p.servers[name]
+		d.each(func(db *database) { dst = append(dst, db.stat()) })
+		dst = append(dst, d.admin.stat())
+	}
 	if p.dbs == nil {
 		return dst
 	}

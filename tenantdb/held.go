@@ -16,7 +16,9 @@ type held struct {
 	permit pool.Permit
 	guard  *revokeGuard
 	run    runner
-	db     *dbUse // the tenant's database with Config.Database, else nil
+	db     *dbUse    // the tenant's database with Config.Database, else nil
+	calls  *inflight // with NewServers: where the guard is registered under tenant, for Move
+	tenant string
 }
 
 // holdConn admits the tenant in ctx and acquires a shared connection for it.
@@ -35,10 +37,15 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 			h.release(nil)
 		}
 	}()
-	ctx, h.guard = guardRevocation(ctx, permit)
+	ctx, h.guard = guardRevocation(ctx, permit, p.calls != nil)
+	if p.calls != nil {
+		h.calls = p.calls
+		h.tenant, _ = TenantFrom(ctx)
+		h.calls.add(h.tenant, h.guard)
+	}
 	pg := p.pg
-	if p.dbs != nil {
-		if h.db, err = p.dbs.use(ctx); err != nil {
+	if p.dbs != nil || p.servers != nil {
+		if h.db, err = p.use(ctx, permit); err != nil {
 			return ctx, held{}, err
 		}
 		pg = h.db.pg
@@ -47,7 +54,7 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 	if h.conn, err = p.session.acquire(withStatementTimeout(ctx, timeout), pg); err != nil {
 		if h.db != nil {
 			id, _ := TenantFrom(ctx)
-			err = h.db.connectError(id, err)
+			err = h.db.connectError(ctx, id, err)
 		}
 		return ctx, held{}, h.guard.wrap(err)
 	}
@@ -67,6 +74,7 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 // zero held. pgxpool destroys a connection returned busy or inside a
 // transaction, as after a panic in the middle of a statement.
 func (h *held) release(err *error) {
+	h.calls.remove(h.tenant, h.guard)
 	h.guard.stop()
 	if h.conn != nil {
 		h.run.setup.release(h.conn, h.run.st)

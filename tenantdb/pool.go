@@ -30,6 +30,9 @@ type Pool struct {
 	gate *pool.Gate
 	dbs  *databases // nil without Config.Database
 
+	servers map[string]*databases // NewServers's, by server name; else nil
+	calls   *inflight             // with NewServers: each tenant's calls in flight, for Move; else nil
+
 	session *sessionSetup
 
 	typicalActive int // Config.TypicalActiveTenants, for Sizing
@@ -75,25 +78,9 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 		return nil, fmt.Errorf("tenantdb: %w (pgxpool MaxConns %d)", err, pgxCfg.MaxConns)
 	}
 	userCfg := pgxCfg.Copy()
-	pgxCfg = pgxCfg.Copy()
-	acquireTrace := hookAcquireTracer(pgxCfg.ConnConfig)
-	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
-		if own := pgxCfg.ConnConfig.Tracer; own != nil {
-			pgxCfg.ConnConfig.Tracer = chainTracers(own, qt)
-		} else {
-			pgxCfg.ConnConfig.Tracer = qt
-		}
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	session := &sessionSetup{cfg: cfg.Session, logger: logger}
-	session.install(pgxCfg)
-	idleTTL := cfg.IdleTTL
-	if idleTTL <= 0 {
-		idleTTL = 5 * time.Minute
-	}
+	session := newSessionSetup(cfg)
+	pgxCfg, acquireTrace := session.template(pgxCfg, cfg)
+	idleTTL := idleTTLOf(cfg)
 	var dbs *databases
 	if cfg.Database != nil {
 		dbs = newDatabases(pgxCfg.Copy(), cfg, idleTTL)
@@ -118,6 +105,39 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	return p, nil
 }
 
+// newSessionSetup returns the session setup of cfg, logging to its Logger.
+func newSessionSetup(cfg Config) *sessionSetup {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &sessionSetup{cfg: cfg.Session, logger: logger}
+}
+
+// template returns a copy of pgxCfg with tenantdb's tracers and session
+// hooks installed, and the user's AcquireTracer's trace (nil without one).
+func (s *sessionSetup) template(pgxCfg *pgxpool.Config, cfg Config) (*pgxpool.Config, *acquireTrace) {
+	pgxCfg = pgxCfg.Copy()
+	acquireTrace := hookAcquireTracer(pgxCfg.ConnConfig)
+	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
+		if own := pgxCfg.ConnConfig.Tracer; own != nil {
+			pgxCfg.ConnConfig.Tracer = chainTracers(own, qt)
+		} else {
+			pgxCfg.ConnConfig.Tracer = qt
+		}
+	}
+	s.install(pgxCfg)
+	return pgxCfg, acquireTrace
+}
+
+// idleTTLOf is cfg.IdleTTL with its default.
+func idleTTLOf(cfg Config) time.Duration {
+	if cfg.IdleTTL <= 0 {
+		return 5 * time.Minute
+	}
+	return cfg.IdleTTL
+}
+
 // sweepIdle evicts idle tenants in the background, so that their state goes
 // even when no further requests come to sweep it lazily.
 func (p *Pool) sweepIdle(every time.Duration) {
@@ -133,6 +153,9 @@ func (p *Pool) sweepIdle(every time.Duration) {
 			if p.dbs != nil {
 				p.dbs.evictIdle()
 			}
+			for _, s := range p.servers {
+				s.evictIdle()
+			}
 		}
 	}
 }
@@ -147,6 +170,12 @@ func (p *Pool) Close() {
 		p.swept.Wait()
 		if p.dbs != nil {
 			p.dbs.close() // closes p.pg too
+			return
+		}
+		if p.servers != nil {
+			for _, s := range p.servers {
+				s.close() // closes p.pg too
+			}
 			return
 		}
 		p.pg.Close()
@@ -181,7 +210,7 @@ func (p *Pool) Ping(ctx context.Context) error {
 		}
 		return p.ping(ctx)
 	}
-	if p.dbs != nil {
+	if p.dbs != nil || p.servers != nil {
 		ctx, h, err := p.hold(ctx)
 		if err != nil {
 			return err
@@ -258,6 +287,10 @@ func (p *Pool) Config() *pgxpool.Config { return p.cfg.Copy() }
 func (p *Pool) Reset() {
 	if p.dbs != nil {
 		p.dbs.each(func(db *database) { db.pg.Reset() })
+	}
+	for _, s := range p.servers {
+		s.each(func(db *database) { db.pg.Reset() })
+		s.admin.pg.Reset()
 	}
 	p.pg.Reset()
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +118,7 @@ func stateOf(conn *pgconn.PgConn) *connState {
 func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	st := stateOf(conn.PgConn())
 	tenant, _ := TenantFrom(ctx)
+	s.streak.acquired(tenant)
 	timeout := statementTimeoutFrom(ctx)
 	values, err := s.sessionValues(tenant, timeout)
 	if err != nil {
@@ -229,7 +231,43 @@ func (s *sessionSetup) resetDue(pc *pgconn.PgConn, st *connState) bool {
 	if !st.dirty || pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I' {
 		return false // nothing to reset, or pgxpool destroys it
 	}
+	if s.streak.only(st.tenant) {
+		return false // reset by the next holder, if another tenant
+	}
 	return s.acquiring.Load() == 0 || s.idle == nil || s.idle() // else reset by the next holder, if another tenant
+}
+
+// streakLong is how many acquires in a row by one tenant make it the only
+// tenant at work, for tenantStreak.
+const streakLong = 4
+
+// tenantStreak follows the tenant of a pool's acquires. While one tenant
+// takes every connection (a service with one busy tenant, or a single
+// tenant's burst), a reset at release would only give it its own session
+// back: the release then leaves the connection to the next holder, whose
+// prepare resets it if it is another tenant, in the same round trip as its
+// values. A change of tenant ends the streak.
+type tenantStreak struct {
+	last atomic.Pointer[string]
+	n    atomic.Int32
+}
+
+// acquired counts an acquire by tenant.
+func (t *tenantStreak) acquired(tenant string) {
+	if last := t.last.Load(); last != nil && *last == tenant {
+		if t.n.Load() < streakLong {
+			t.n.Add(1)
+		}
+		return
+	}
+	t.last.Store(&tenant)
+	t.n.Store(0)
+}
+
+// only reports whether the last streakLong acquires were all by tenant.
+func (t *tenantStreak) only(tenant string) bool {
+	last := t.last.Load()
+	return last != nil && *last == tenant && t.n.Load() >= streakLong
 }
 
 // resetOrClose resets conn's session, and closes conn when the reset fails.

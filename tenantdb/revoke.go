@@ -43,6 +43,7 @@ type revokeGuard struct {
 	mu         sync.Mutex
 	conn       *pgconn.PgConn // guarded by mu: the admission's connection, nil once detached
 	revoked    bool           // guarded by mu
+	cause      error          // guarded by mu: ErrRevoked, or ErrMoved for a move's end
 	cancelling chan struct{}  // guarded by mu: closed when the CancelRequest is done; nil if none
 	cancelled  *pgconn.PgConn // guarded by mu: the connection the CancelRequest was sent to
 }
@@ -50,14 +51,18 @@ type revokeGuard struct {
 // guardRevocation returns ctx, cancelled with ErrRevoked when permit's
 // lease is revoked, and the guard; without a revocable lease it returns ctx
 // and nil, at no cost.
-func guardRevocation(ctx context.Context, permit pool.Permit) (context.Context, *revokeGuard) {
+// With always (a Pool of NewServers, whose Move may end the work), it
+// returns a guard without a lease too, which only revoke ends.
+func guardRevocation(ctx context.Context, permit pool.Permit, always bool) (context.Context, *revokeGuard) {
 	rev := permit.Revoked()
-	if rev == nil {
+	if rev == nil && !always {
 		return ctx, nil
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	g := &revokeGuard{cancel: cancel, stopc: make(chan struct{})}
-	go g.watch(rev)
+	if rev != nil {
+		go g.watch(rev)
+	}
 	return ctx, g
 }
 
@@ -67,9 +72,20 @@ func (g *revokeGuard) watch(rev <-chan struct{}) {
 	case <-g.stopc:
 		return
 	}
+	g.revoke(ErrRevoked)
+}
+
+// revoke stops the admission's work: a CancelRequest for the statement
+// running on its connection, and its context cancelled with cause, which
+// its errors then match. Only the first call has an effect.
+func (g *revokeGuard) revoke(cause error) {
 	g.mu.Lock()
+	if g.revoked {
+		g.mu.Unlock()
+		return
+	}
 	conn := g.conn
-	g.revoked = true
+	g.revoked, g.cause = true, cause
 	var done chan struct{}
 	if conn != nil {
 		done = make(chan struct{})
@@ -82,7 +98,7 @@ func (g *revokeGuard) watch(rev <-chan struct{}) {
 		cancel()
 		close(done)
 	}
-	g.cancel(ErrRevoked)
+	g.cancel(cause)
 }
 
 // attach names the connection the admission runs on.
@@ -139,11 +155,18 @@ func (g *revokeGuard) isRevoked() bool {
 	return g.revoked
 }
 
-// wrap makes err, from work stopped by a revocation, match ErrRevoked.
+// wrap makes err, from work stopped by a revocation, match its cause:
+// ErrRevoked, or ErrMoved.
 func (g *revokeGuard) wrap(err error) error {
 	err = statementTimedOut(err)
-	if err == nil || g == nil || errors.Is(err, ErrRevoked) || !g.isRevoked() {
+	if err == nil || g == nil || !g.isRevoked() {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrRevoked, err)
+	g.mu.Lock()
+	cause := g.cause
+	g.mu.Unlock()
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }

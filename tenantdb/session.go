@@ -130,6 +130,10 @@ type sessionSetup struct {
 	acquiring atomic.Int32
 	idle      func() bool
 
+	// streak is the tenant of the last acquires, whose releases leave the
+	// reset to the next holder while it is the only tenant at work.
+	streak tenantStreak
+
 	// inHook is set when the pgxpool.Config has an AfterRelease hook of
 	// its own, which pgxpool runs at every release: the reset at release
 	// runs in it then, before the user's (see install and release).

@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Sizing is the sizing check of a Pool: whether the caps of the tenants that
@@ -154,11 +156,14 @@ func (p *Pool) staticSizing() Sizing {
 // ServerSizing compares what the processes sharing one PostgreSQL server
 // may open with what it accepts.
 type ServerSizing struct {
+	// Server is the server's name with NewServers (CheckServers), else "".
+	Server string
 	// MaxConnections is the server's max_connections less
 	// superuser_reserved_connections: what ordinary roles may open.
 	MaxConnections int
 	// Processes is how many processes were said to run this pool;
-	// Demand is Processes × MaxConns.
+	// Demand is Processes × MaxConns (× the server's budget, with
+	// NewServers).
 	Processes, Demand int
 	// BehindPooler reports that the connection reached the server through
 	// a pooler or proxy (the server's process ID differs from the one the
@@ -206,22 +211,61 @@ func (s ServerSizing) Fits() bool {
 // reports whether a pooler stands between (BehindPooler), whose limit it
 // cannot see: behind one, Fits is false until the limit is given with
 // WithPoolerLimit. ctx governs the acquire and the query. Leave room for
-// your other clients too.
+// your other clients too. With NewServers it checks the first server by
+// name; CheckServers checks each.
 func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, error) {
 	if processes < 1 {
 		return ServerSizing{}, fmt.Errorf("tenantdb: CheckServer: processes must be at least 1, got %d", processes)
 	}
-	s := ServerSizing{Processes: processes, Demand: processes * p.gate.Capacity()}
-	c, err := p.pg.Acquire(withoutTenant(ctx))
+	if p.servers != nil {
+		name := p.Servers()[0]
+		return p.checkServer(ctx, p.servers[name].admin.pg, name, processes, p.servers[name].budget.max)
+	}
+	return p.checkServer(ctx, p.pg, "", processes, p.gate.Capacity())
+}
+
+// CheckServers is CheckServer for every server of a Pool made by
+// NewServers, by name, each against its own budget; for a Pool made by New,
+// CheckServer's one. It stops at the first server that fails to answer,
+// with what it found so far.
+func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing, error) {
+	if p.servers == nil {
+		s, err := p.CheckServer(ctx, processes)
+		return []ServerSizing{s}, err
+	}
+	if processes < 1 {
+		return nil, fmt.Errorf("tenantdb: CheckServers: processes must be at least 1, got %d", processes)
+	}
+	var out []ServerSizing
+	for _, name := range p.Servers() {
+		d := p.servers[name]
+		s, err := p.checkServer(ctx, d.admin.pg, name, processes, d.budget.max)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// checkServer is CheckServer on pg, whose server may be opened budget
+// connections by each of processes.
+func (p *Pool) checkServer(ctx context.Context, pg *pgxpool.Pool, name string, processes, budget int) (ServerSizing, error) {
+	s := ServerSizing{Server: name, Processes: processes, Demand: processes * budget}
+	what := "tenantdb: CheckServer"
+	if name != "" {
+		what += fmt.Sprintf(" (server %q)", name)
+	}
+	c, err := pg.Acquire(withoutTenant(ctx))
 	if err != nil {
-		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
+		return s, fmt.Errorf("%s: %w", what, err)
 	}
 	defer p.session.release(c, nil)
 	var pid uint32
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
 		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)
 	if err != nil {
-		return s, fmt.Errorf("tenantdb: CheckServer: %w", err)
+		return s, fmt.Errorf("%s: %w", what, err)
 	}
 	s.BehindPooler = pid != c.Conn().PgConn().PID()
 	return s, nil

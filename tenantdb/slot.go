@@ -21,7 +21,8 @@ type Slot struct {
 	permit  pool.Permit
 	pg      *pgxpool.Pool // the tenant's database's with Config.Database, else the shared
 	db      *dbUse        // nil without Config.Database
-	g       *revokeGuard  // nil without a revocable cluster lease
+	g       *revokeGuard  // nil without a revocable cluster lease, nor NewServers
+	calls   *inflight     // with NewServers: where g is registered under tenant, for Move
 	tenant  string
 	session *sessionSetup  // the Pool's, for LocalSettings
 	conn    *pgconn.PgConn // Attach's
@@ -37,15 +38,19 @@ func (p *Pool) Admit(ctx context.Context) (*Slot, error) {
 		return nil, err
 	}
 	s := &Slot{permit: permit, pg: p.pg, session: p.session}
-	if p.dbs != nil {
-		if s.db, err = p.dbs.use(ctx); err != nil {
+	if p.dbs != nil || p.servers != nil {
+		if s.db, err = p.use(ctx, permit); err != nil {
 			permit.Release()
 			return nil, err
 		}
 		s.pg = s.db.pg
 	}
 	s.tenant, _ = TenantFrom(ctx)
-	_, s.g = guardRevocation(context.Background(), permit) // the connection's calls bring their own contexts
+	_, s.g = guardRevocation(context.Background(), permit, p.calls != nil) // the connection's calls bring their own contexts
+	if p.calls != nil {
+		s.calls = p.calls
+		s.calls.add(s.tenant, s.g)
+	}
 	return s, nil
 }
 
@@ -108,6 +113,7 @@ func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, 
 // Release detaches the connection, if not done yet, and returns the slot to
 // its tenant. Only the first call has an effect.
 func (s *Slot) Release() {
+	s.calls.remove(s.tenant, s.g)
 	s.g.stop()
 	s.permit.Release()
 	s.db.done()

@@ -36,6 +36,9 @@ const (
 	TenantWaitKey = attribute.Key("tenantdb.wait.tenant_seconds")
 	// GlobalWaitKey is the time spent waiting for global capacity after that.
 	GlobalWaitKey = attribute.Key("tenantdb.wait.global_seconds")
+	// ServerKey is the server (tenantdb.NewServers) on the per-server
+	// metrics and on the per-database ones of a Pool with several servers.
+	ServerKey = attribute.Key("tenantdb.server")
 	// ClusterWaitKey is the time spent taking a cluster-wide slot
 	// (tenantdb.Config.Cluster); set only when a cluster limiter is in use.
 	ClusterWaitKey = attribute.Key("tenantdb.wait.cluster_seconds")

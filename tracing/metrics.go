@@ -48,6 +48,12 @@ type instruments struct {
 	dbOpens    metric.Int64ObservableCounter
 	dbCloses   metric.Int64ObservableCounter
 	dbOpenTime metric.Float64ObservableCounter
+
+	// Per-server instruments (tenantdb.NewServers), observed from the
+	// Pool's stats, one series per server.
+	srvCount metric.Int64ObservableUpDownCounter
+	srvMax   metric.Int64ObservableUpDownCounter
+	srvDown  metric.Int64ObservableUpDownCounter
 }
 
 // durationBuckets are the explicit histogram boundaries, in seconds, that the
@@ -170,6 +176,19 @@ func (in *instruments) create(m metric.Meter) error {
 		metric.WithUnit("{connection}"),
 		metric.WithDescription("Connections opened across the tenant databases: beside the calls, the churn of "+
 			"moving connections between databases."))
+	check(err)
+	in.srvCount, err = m.Int64ObservableUpDownCounter("tenantdb.server.connection.count",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A server's connections open or opening, across its databases (tenantdb.NewServers): "+
+			"at most its budget."))
+	check(err)
+	in.srvMax, err = m.Int64ObservableUpDownCounter("tenantdb.server.connection.max",
+		metric.WithUnit("{connection}"),
+		metric.WithDescription("A server's budget of connections (tenantdb.NewServers)."))
+	check(err)
+	in.srvDown, err = m.Int64ObservableUpDownCounter("tenantdb.server.down",
+		metric.WithUnit("1"),
+		metric.WithDescription("1 while a server is known down, its tenants' calls failing at once (tenantdb.ErrServerDown); else 0."))
 	check(err)
 	in.dbCloses, err = m.Int64ObservableCounter("tenantdb.database.connection.closes",
 		metric.WithUnit("{connection}"),

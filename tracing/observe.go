@@ -55,6 +55,9 @@ func (t *Tracer) observeDatabases(o metric.Observer, p *tenantdb.Pool, st tenant
 			continue
 		}
 		attrs := append(t.poolAttrs[:len(t.poolAttrs):len(t.poolAttrs)], semconv.DBNamespace(d.Database))
+		if d.Server != "" {
+			attrs = append(attrs, ServerKey.String(d.Server)) // one database name may be on several servers
+		}
 		o.ObserveInt64(t.dbCount, int64(d.InUse), metric.WithAttributes(append(attrs, semconv.DBClientConnectionStateUsed)...))
 		o.ObserveInt64(t.dbCount, int64(d.Idle), metric.WithAttributes(append(attrs, semconv.DBClientConnectionStateIdle)...))
 	}
@@ -64,6 +67,16 @@ func (t *Tracer) observeDatabases(o metric.Observer, p *tenantdb.Pool, st tenant
 	o.ObserveInt64(t.dbOpens, st.Opens, t.poolObs...)
 	o.ObserveInt64(t.dbCloses, st.Closes, t.poolObs...)
 	o.ObserveFloat64(t.dbOpenTime, st.ConnectTime.Seconds(), t.poolObs...)
+	for _, s := range p.ServersStat() {
+		obs := metric.WithAttributes(append(t.poolAttrs[:len(t.poolAttrs):len(t.poolAttrs)], ServerKey.String(s.Server))...)
+		down := int64(0)
+		if s.Down {
+			down = 1
+		}
+		o.ObserveInt64(t.srvCount, int64(s.Open), obs)
+		o.ObserveInt64(t.srvMax, int64(s.Budget), obs)
+		o.ObserveInt64(t.srvDown, down, obs)
+	}
 }
 
 // ObserveGate is ObservePool for a bare pool.Gate, which bulkheads something
@@ -112,7 +125,7 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 		return nil
 	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax, t.tenantBudgetLeft,
 		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse,
-		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime)
+		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime, t.srvCount, t.srvMax, t.srvDown)
 	if err != nil {
 		t.mu.Lock()
 		t.observing = false

@@ -505,9 +505,9 @@ func cpuTargets(rounds []cpuRound) []string {
 // work (slow start costs about log2(cap/floor) rounds of the burst's 30);
 // and the quiet tenant (reads of 30 ms every 5 ms) is served as under the
 // static cap. Both are measured against the static cap in the same round,
-// in two rounds of opposite order; each target must hold in one of them,
-// so that outside load in one burst does not decide, while a mechanism
-// that is missing fails both.
+// in up to three rounds of alternating order; each target must hold in one
+// of them, so that outside load in one burst does not decide, while a
+// mechanism that is missing fails them all.
 //
 // Its margins are CI's, looser than the goals (DESIGN.md, "Measuring an
 // adaptive controller"), and passing it does not mean they are met: the
@@ -532,9 +532,9 @@ func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 	}
 	ideal := time.Duration(n/perTenantCap) * sleep
 	bestMakespan, bestQuiet := math.Inf(1), math.Inf(1)
-	for round := range 2 {
+	for round := 0; round < 3 && (bestMakespan > 1.15 || bestQuiet > 1.5); round++ {
 		var static, adaptive burstResult
-		if round == 0 {
+		if round%2 == 0 {
 			static, adaptive = run(false), run(true)
 		} else {
 			adaptive, static = run(true), run(false)

@@ -407,6 +407,50 @@ func TestChangeOfTenantKeepsPgxStatements(t *testing.T) {
 	}
 }
 
+// TestOneTenantsReleasesLeaveTheReset: while one tenant takes every
+// connection, its releases leave the reset to the next holder (it would
+// only get its own session back); another tenant's call still runs in a
+// reset session, reset on its way in.
+func TestOneTenantsReleasesLeaveTheReset(t *testing.T) {
+	pcfg := pgxConfig(t, sharedPG, 1)
+	writes, resets := new(atomic.Int64), new(atomic.Int64)
+	countWrites(pcfg, writes, resets)
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:   map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}},
+		Session: tenantdb.Session{TenantSetting: "app.tenant_id"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	back := func() { eventually(t, "the connection is back", func() bool { return p.Stat().IdleConns() == 1 }) }
+	for i := range 10 {
+		if _, err := p.Exec(as("a"), "create temporary table if not exists a_leftover (secret text)"); err != nil {
+			t.Fatal(err)
+		}
+		back()
+		if i == 5 {
+			resets.Store(0)
+		}
+	}
+	if n := resets.Load(); n != 0 {
+		t.Errorf("%d resets at release in tenant a's last four calls in a row, want none", n)
+	}
+	var leftover bool
+	var setting string
+	err = p.QueryRow(as("b"), "select to_regclass('pg_temp.a_leftover') is not null, current_setting('app.tenant_id')").Scan(&leftover, &setting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leftover || setting != "b" {
+		t.Fatalf("tenant b after tenant a's streak: a's temporary table there %v, app.tenant_id %q", leftover, setting)
+	}
+	if n := resets.Load(); n != 1 {
+		t.Errorf("%d resets for tenant b's call after tenant a's streak, want 1 (on its way in)", n)
+	}
+	assertNothingHeld(t, p)
+}
+
 // TestQueryOptionsInBothScopes: pgx's options among the arguments work
 // under ScopeTransaction as under ScopeSession (issue 51, item 8).
 func TestQueryOptionsInBothScopes(t *testing.T) {

@@ -1,0 +1,159 @@
+package tenantdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenantdb/tenantdb/tenantdb"
+)
+
+// testMoveUnderLoad moves a tenant from s0 to s1 while it sends 50 calls a
+// second of 20 ms statements, each with a deadline well beyond the move's
+// pause, and checks from the servers' side: no call failed, no statement
+// of the tenant ran on s0 after the fence (each row stamped by the server's
+// clock, the fence read from s0's clock in the cutover), and the calls
+// after the move ran on s1.
+func (f *fleet) testMoveUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"s0", "s1"} {
+		if _, err := f.admins[name].Exec(ctx,
+			"create table if not exists moved (tenant text, at timestamptz default clock_timestamp())"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	at := tenantdb.Placement{Server: "s0"}
+	p := f.pool(t, 10, tenantdb.Config{
+		Plans:     map[string]tenantdb.Plan{"p": {MaxConns: 4, MaxWaiting: tenantdb.Unbounded}},
+		LookupTTL: 50 * time.Millisecond, // the directory is asked again often
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return at, nil
+		},
+	})
+	const rate, duration = 50, 3 * time.Second
+	const stmt = "insert into moved (tenant) select 'mover' from pg_sleep(0.02) returning current_setting('cluster_name')"
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	var slowest atomic.Int64
+	tick := time.NewTicker(time.Second / rate) // the load's rate, not synchronisation
+	defer tick.Stop()
+	moved := make(chan error, 1)
+	var fence time.Time
+	var pause time.Duration
+	start := time.Now()
+	for i := 0; time.Since(start) < duration; i++ {
+		<-tick.C
+		if i == rate/2 { // half a second in
+			go func() {
+				began := time.Now()
+				err := p.Move(ctx, "mover", tenantdb.Placement{Server: "s1"}, time.Second, func(ctx context.Context) error {
+					if err := f.admins["s0"].QueryRow(ctx, "select clock_timestamp()").Scan(&fence); err != nil {
+						return err
+					}
+					mu.Lock()
+					at = tenantdb.Placement{Server: "s1"}
+					mu.Unlock()
+					return nil
+				})
+				pause = time.Since(began)
+				moved <- err
+			}()
+		}
+		wg.Go(func() {
+			callCtx, cancel := context.WithTimeout(as("mover"), 10*time.Second)
+			defer cancel()
+			began := time.Now()
+			var server string
+			if err := p.QueryRow(callCtx, stmt).Scan(&server); err != nil {
+				failed.Add(1)
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			took := int64(time.Since(began))
+			for old := slowest.Load(); took > old && !slowest.CompareAndSwap(old, took); old = slowest.Load() {
+			}
+			ok.Add(1)
+		})
+	}
+	wg.Wait()
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	var late, onS0, onS1 int
+	if err := f.admins["s0"].QueryRow(ctx,
+		"select count(*) filter (where at > $1), count(*) from moved where tenant = 'mover'", fence).Scan(&late, &onS0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admins["s1"].QueryRow(ctx, "select count(*) from moved where tenant = 'mover'").Scan(&onS1); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d calls served, %d failed; the move took %v; the slowest call %v; %d rows on s0, %d on s1",
+		ok.Load(), failed.Load(), pause.Round(time.Millisecond), time.Duration(slowest.Load()).Round(time.Millisecond), onS0, onS1)
+	if late != 0 {
+		t.Errorf("%d statements of the tenant ran on s0 after the fence", late)
+	}
+	if int64(onS0+onS1) != ok.Load() || onS0 == 0 || onS1 == 0 {
+		t.Errorf("%d rows on s0 and %d on s1 for %d calls served: want every call's row, on both sides of the move",
+			onS0, onS1, ok.Load())
+	}
+	for _, name := range []string{"s0", "s1"} {
+		if _, err := f.admins[name].Exec(ctx, "drop table moved"); err != nil {
+			t.Error(err)
+		}
+	}
+	assertNothingHeld(t, p)
+}
+
+// testMoveEndsLongCalls moves a tenant whose call outlasts the grace: the
+// call fails with ErrMoved, its statement cancelled on the server, and the
+// move completes.
+func (f *fleet) testMoveEndsLongCalls(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	at := tenantdb.Placement{Server: "s2"}
+	p := f.pool(t, 4, tenantdb.Config{
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return at, nil
+		},
+	})
+	long := make(chan error, 1)
+	go func() { _, err := p.Exec(as("sleeper"), "select pg_sleep(60)"); long <- err }()
+	eventually(t, "the long statement runs on s2", func() bool {
+		var n int
+		_ = f.admins["s2"].QueryRow(ctx, "select count(*) from pg_stat_activity where query = 'select pg_sleep(60)'").Scan(&n)
+		return n == 1
+	})
+	err := p.Move(ctx, "sleeper", tenantdb.Placement{Server: "s0"}, 10*time.Millisecond, func(context.Context) error {
+		var n int
+		if err := f.admins["s2"].QueryRow(ctx, "select count(*) from pg_stat_activity where query = 'select pg_sleep(60)'").Scan(&n); err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("at the fence, s2 still runs %d of the tenant's statements", n)
+		}
+		mu.Lock()
+		at = tenantdb.Placement{Server: "s0"}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-long; !errors.Is(err, tenantdb.ErrMoved) {
+		t.Fatalf("the long call: %v, want ErrMoved", err)
+	}
+	var server string
+	if err := p.QueryRow(as("sleeper"), "select current_setting('cluster_name')").Scan(&server); err != nil || server != "s0" {
+		t.Fatalf("after the move: %q, %v; want s0", server, err)
+	}
+	assertNothingHeld(t, p)
+}

@@ -1,0 +1,144 @@
+package tenantdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrMoved is matched by the error of a call ended by Pool.Move: it was
+// still running when the move's grace ran out, so its statement was
+// cancelled on the server and its later statements fail.
+var ErrMoved = errors.New("tenantdb: the call outlasted its tenant's move to another server")
+
+// Move moves tenantID to the placement to, on a Pool made by NewServers:
+//
+//  1. drain: the tenant's new calls wait for it by their own queue policy
+//     (Plan.MaxWaiting, MaxWait) and contexts, or are rejected as over the
+//     cap when that says so; other tenants are not held;
+//  2. its calls in flight finish, or after grace are ended (ErrMoved):
+//     their statements cancelled on the server and their connections closed,
+//     each server process gone before the call's slot is released;
+//  3. fence: from then on nothing of the tenant runs on its old server;
+//  4. cutover(ctx), yours: copy the data, and make Config.Placement answer
+//     to from now on (its next answer, after LookupTTL, is used);
+//  5. switch and resume: the tenant is placed at to and its waiting calls
+//     go on there.
+//
+// ctx bounds the whole move and is passed to cutover. If ctx ends first, or
+// cutover fails or panics, the tenant resumes where it was and the error is
+// returned. Each process of a fleet runs its own Pool: see docs/servers.md.
+func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace time.Duration, cutover func(ctx context.Context) error) (err error) {
+	if p.servers == nil {
+		return errors.New("tenantdb: Move needs a Pool made by NewServers")
+	}
+	if p.servers[to.Server] == nil {
+		return fmt.Errorf("%w: Move of tenant %q to server %q, which is not one of the Pool's (%v)",
+			ErrNoPlacement, tenantID, to.Server, p.Servers())
+	}
+	if to.Database != "" {
+		if err := checkDatabaseName("Move", tenantID, to.Database); err != nil {
+			return err
+		}
+	}
+	if grace < 0 {
+		return fmt.Errorf("tenantdb: Move of tenant %q: negative grace %v", tenantID, grace)
+	}
+	d, err := p.gate.Drain(ctx, tenantID)
+	if err != nil {
+		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
+	}
+	switched := false
+	defer func() {
+		if !switched {
+			_ = d.Resume(nil) // where it was
+		}
+	}()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-d.Done():
+	case <-timer.C:
+		p.calls.end(tenantID, ErrMoved)
+		select {
+		case <-d.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("tenantdb: Move of tenant %q: its calls in flight did not end: %w", tenantID, ctx.Err())
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("tenantdb: Move of tenant %q: draining: %w", tenantID, ctx.Err())
+	}
+	if cutover != nil {
+		if err := runCutover(ctx, cutover); err != nil {
+			return fmt.Errorf("tenantdb: Move of tenant %q: cutover: %w", tenantID, err)
+		}
+	}
+	switched = true
+	if err := d.Resume(&to); err != nil {
+		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+// runCutover calls cutover, a panic in it being its error.
+func runCutover(ctx context.Context, cutover func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return cutover(ctx)
+}
+
+// inflight holds the guards of each tenant's calls in flight, so that
+// Move can end them.
+type inflight struct {
+	mu       sync.Mutex
+	byTenant map[string]map[*revokeGuard]struct{} // guarded by mu
+}
+
+func (f *inflight) add(tenant string, g *revokeGuard) {
+	if f == nil || g == nil {
+		return
+	}
+	f.mu.Lock()
+	if f.byTenant == nil {
+		f.byTenant = make(map[string]map[*revokeGuard]struct{})
+	}
+	set := f.byTenant[tenant]
+	if set == nil {
+		set = make(map[*revokeGuard]struct{})
+		f.byTenant[tenant] = set
+	}
+	set[g] = struct{}{}
+	f.mu.Unlock()
+}
+
+func (f *inflight) remove(tenant string, g *revokeGuard) {
+	if f == nil || g == nil {
+		return
+	}
+	f.mu.Lock()
+	if set := f.byTenant[tenant]; set != nil {
+		delete(set, g)
+		if len(set) == 0 {
+			delete(f.byTenant, tenant)
+		}
+	}
+	f.mu.Unlock()
+}
+
+// end revokes every call of tenant in flight with cause, outside the lock.
+func (f *inflight) end(tenant string, cause error) {
+	f.mu.Lock()
+	guards := make([]*revokeGuard, 0, len(f.byTenant[tenant]))
+	for g := range f.byTenant[tenant] {
+		guards = append(guards, g)
+	}
+	f.mu.Unlock()
+	for _, g := range guards {
+		g.revoke(cause)
+	}
+}
