@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type config struct {
 	classes    bool // Config.Classes, and ops that name one
 	pooler     bool // behind PgBouncer in transaction mode
 	adaptive   bool // Config.Adaptive
-	cluster    bool // Config.Cluster: the Redis limiter
+	cluster    bool // Config.Cluster: the Redis limiter, reached through a proxy that cuts it off
+	failClosed bool // the limiter's Mode is FailClosed (else FailOpen, its default)
 	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
 }
 
@@ -51,6 +53,7 @@ var configs = []config{
 	{name: "tx-proxy", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, proxied: true},
 	{name: "adaptive", scope: tenantdb.ScopeSession, setting: true, adaptive: true},
 	{name: "cluster", scope: tenantdb.ScopeSession, setting: true, cluster: true},
+	{name: "cluster-closed", scope: tenantdb.ScopeSession, setting: true, cluster: true, failClosed: true},
 }
 
 func findConfig(name string) (config, bool) {
@@ -111,19 +114,20 @@ func (c config) expected(e *env, tenant string) probeResult {
 var classNames = []string{"", "batch", "report"}
 
 // newPool builds the Pool of configuration c with maxConns connections (the
-// budget with Config.Database), and what must be closed after it.
-func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Pool, func(), error) {
+// budget with Config.Database); it returns the Pool, the cluster limiter's
+// key prefix, and what must be closed after it.
+func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.Pool, prefix string, closeAll func(), err error) {
 	dsn := e.appDSN
 	closeExtra := func() {}
 	if c.pooler {
 		if !e.havePooler {
-			return nil, nil, errNoPooler
+			return nil, "", nil, errNoPooler
 		}
 		// A PgBouncer of the run's own: 1.18 can die of the workload
 		// ("server in bad state"), and a run must not inherit that.
 		b, err := startBouncer(ctx, e)
 		if err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		e.bouncer = b
 		closeExtra = func() { b.Terminate() }
@@ -132,18 +136,18 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 	if c.proxied {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		u.Host = e.proxy.addr()
 		dsn = u.String()
 	}
 	if c.database {
 		// connect_timeout bounds a wait for room in the budget (issue 51, 7).
-		dsn = withParam(dsn, "connect_timeout", "3")
+		dsn = withParam(dsn, "connect_timeout", strconv.Itoa(int(connectTimeout/time.Second)))
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	pcfg.MaxConns = int32(maxConns)
 	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
@@ -164,7 +168,7 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 		cfg.Session.SearchPath = func(t string) []string { return []string{tenantSchema(t), "public"} }
 	}
 	if c.role {
-		cfg.Session.Role = tenantRole
+		cfg.Session.Role = roleOf
 	}
 	if c.database {
 		cfg.Database = func(t string) (string, error) { return tenantDatabase(t), nil }
@@ -181,27 +185,32 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (*tenantdb.Po
 	if c.cluster {
 		if e.redisAddr == "" {
 			closeExtra()
-			return nil, nil, errNoRedis
+			return nil, "", nil, errNoRedis
 		}
-		client := redis.NewClient(&redis.Options{Addr: e.redisAddr})
+		client := redis.NewClient(&redis.Options{Addr: e.redisProxy.addr(), MaxRetries: -1})
+		prefix = fmt.Sprintf("isocheck:%d:", time.Now().UnixNano())
+		mode := redislimit.FailOpen
+		if c.failClosed {
+			mode = redislimit.FailClosed
+		}
 		lim, err := redislimit.New(redislimit.Config{
-			Client: client, Prefix: fmt.Sprintf("isocheck:%d:", time.Now().UnixNano()),
-			LeaseTTL: 5 * time.Second, RenewEvery: time.Second,
+			Client: client, Prefix: prefix, Mode: mode,
+			LeaseTTL: leaseTTL, RenewEvery: time.Second, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			client.Close()
 			closeExtra()
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		cfg.Cluster = lim
 		closeExtra = func() { lim.Close(); client.Close() }
 	}
-	p, err := tenantdb.New(ctx, pcfg, cfg)
+	p, err = tenantdb.New(ctx, pcfg, cfg)
 	if err != nil {
 		closeExtra()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return p, func() { p.Close(); closeExtra() }, nil
+	return p, prefix, func() { p.Close(); closeExtra() }, nil
 }
 
 func withParam(dsn, k, v string) string {

@@ -30,6 +30,7 @@ type env struct {
 	templateDB  string
 	defaultPath string // the login role's default search_path, normalized
 	proxy       *proxy
+	redisProxy  *proxy // between the cluster limiter and Redis, which it cuts off (redisfault.go)
 	tenants     []string
 	stopped     []func()
 }
@@ -90,6 +91,13 @@ func startEnv(ctx context.Context, needPooler, needRedis bool, logf func(string,
 			e.redis = r
 			e.redisAddr = r.Addr
 			e.stopped = append(e.stopped, func() { r.Terminate(context.Background()) })
+			px, err := startProxy(r.Addr, 2)
+			if err != nil {
+				e.close()
+				return nil, err
+			}
+			e.redisProxy = px
+			e.stopped = append(e.stopped, px.close)
 		}
 	}
 	return e, nil
@@ -143,7 +151,9 @@ grant select on %[4]s.marker to public;
 		return err
 	}
 	for _, t := range e.tenants {
-		db := tenantDatabase(t)
+		// The tenant's database is a copy of a template of its own, from
+		// which dbfault.go creates it again after dropping it.
+		db := templateDatabase(t)
 		if _, err := e.admin.Exec(ctx, "create database "+db); err != nil {
 			return err
 		}
@@ -160,6 +170,9 @@ grant select on marker to public;
 grant select, insert on items to public;`, t))
 		c.Close(ctx)
 		if err != nil {
+			return err
+		}
+		if _, err := e.admin.Exec(ctx, "create database "+tenantDatabase(t)+" template "+db); err != nil {
 			return err
 		}
 	}

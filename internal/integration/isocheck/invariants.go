@@ -207,6 +207,18 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 			return ""
 		}
 	}
+	if rc.cfg.database && rc.droppedSince(tenant, started) && (missingDatabase(err) || connLost(err)) {
+		return "" // its database was dropped meanwhile (dbfault.go)
+	}
+	if rc.cfg.failClosed && redisRefused(err) && rc.redisCutSince(started) {
+		return "" // FailClosed while Redis was cut off (redisfault.go)
+	}
+	if rc.cfg.database && connectTimedOut(err) && !callStart(ctx).IsZero() && time.Since(callStart(ctx)) >= connectTimeout {
+		// A connect that used all of its connect_timeout (the server or the
+		// budget was slow): a failed connect, documented. One that fails
+		// sooner replays an earlier failure (issue 51, 7).
+		return ""
+	}
 	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
 	}
@@ -215,6 +227,24 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 		return ""
 	}
 	return fmt.Sprintf("unexpected error: %v", err)
+}
+
+// connectTimeout is the connect_timeout of the Config.Database configurations.
+const connectTimeout = 3 * time.Second
+
+// connectTimedOut reports whether err is a connect that timed out.
+func connectTimedOut(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"))
+}
+
+type callStartKey struct{}
+
+// callStart is when the call whose context is ctx began (adapters.go sets
+// it for each phase), zero if unknown.
+func callStart(ctx context.Context) time.Time {
+	t, _ := ctx.Value(callStartKey{}).(time.Time)
+	return t
 }
 
 // connLost reports whether err says the connection or its backend ended,
@@ -265,6 +295,7 @@ func (s *sampler) run(ctx context.Context, wg *sync.WaitGroup) {
 				overSince, maxSeen = time.Time{}, 0
 			}
 		}
+		s.rc.adapters.check(s.rc)
 		for _, t := range s.rc.env.tenants {
 			st := s.rc.pool.TenantStat(t)
 			if st.Limit > 0 && st.InUse > st.Limit {

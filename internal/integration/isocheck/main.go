@@ -96,6 +96,34 @@ func check(ctx context.Context, o options, out io.Writer) (t totals, err error) 
 	return checkOn(ctx, e, o, out)
 }
 
+// kindsOf counts vs by kind (violationKind), each with its first
+// occurrence: the list of violations shows only the first ten.
+func kindsOf(vs []violation) []string {
+	type kind struct {
+		n     int
+		first violation
+	}
+	var order []string
+	byKind := map[string]*kind{}
+	for _, v := range vs {
+		k := violationKind(v.msg)
+		if len(k) > 160 {
+			k = k[:160]
+		}
+		if byKind[k] == nil {
+			byKind[k] = &kind{first: v}
+			order = append(order, k)
+		}
+		byKind[k].n++
+	}
+	var out []string
+	for _, k := range order {
+		x := byKind[k]
+		out = append(out, fmt.Sprintf("%d× %q, first at %v after op %d", x.n, k, x.first.at.Round(time.Millisecond), x.first.seq))
+	}
+	return out
+}
+
 // choose returns the configuration named name, or all of them for "all".
 func choose(name string) ([]config, error) {
 	var chosen []config
@@ -152,6 +180,12 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		t.violations += int64(len(vs))
 		fmt.Fprintf(out, "isocheck: %s (seed %d, MaxConns %d): %d operations, %d faults, %d hostile statements, %d violations in %v\n",
 			c.name, seed, ro.maxConns, rc.ops.Load(), rc.faults.Load(), rc.hostiles.Load(), len(vs), time.Since(start).Round(time.Millisecond))
+		if d, r := rc.dbDrops.Load(), rc.redisOut.Load(); d+r > 0 {
+			fmt.Fprintf(out, "  of the faults: %d databases dropped and created again, %d Redis cut-offs\n", d, r)
+		}
+		if a := rc.adapters; a != nil {
+			fmt.Fprintf(out, "  through the adapters: %d HTTP requests, %d jobs accepted and run\n", a.nextCall.Load(), a.ran.Load())
+		}
 		if top := rc.topAccepted(3); top != "" {
 			fmt.Fprintf(out, "  accepted errors%s\n", top)
 		}
@@ -164,6 +198,9 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		}
 		if len(vs) == 0 {
 			continue
+		}
+		for _, k := range kindsOf(vs) {
+			fmt.Fprintf(out, "  kind: %s\n", k)
 		}
 		for j, v := range vs {
 			if j == 10 {

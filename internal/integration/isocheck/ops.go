@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
@@ -27,9 +28,19 @@ const (
 	numPaths
 )
 
+// pathConnTx is a transaction of SQL statements on an acquired Conn: BEGIN,
+// SAVEPOINT, the statement, ROLLBACK TO SAVEPOINT after its error, COMMIT.
+// It is drawn from the second stream (see genOp), so it is not in numPaths.
+const pathConnTx path = 100
+
 var pathNames = [...]string{"Exec", "Query", "QueryRow", "SendBatch", "Begin+savepoint", "Acquire", "tenantsql", "CopyFrom"}
 
-func (p path) String() string { return pathNames[p] }
+func (p path) String() string {
+	if p == pathConnTx {
+		return "Acquire+SQL transaction"
+	}
+	return pathNames[p]
+}
 
 // modes are pgx's per-query options a call may put among its arguments
 // (nil: none).
@@ -53,16 +64,33 @@ type op struct {
 	cancel   bool // cancel instead of a deadline
 	probeDL  time.Duration
 	nonce    int32
+	hVia     via           // how the first statement reaches its path
+	pVia     via           // how the probe reaches its path
+	badRole  bool          // a call of the tenant whose Session.Role does not exist (badrole.go)
+	cut      time.Duration // for a hostile statement with a cut, or a burst: when its context ends
+	burst    bool          // the budget filled with long statements whose deadlines end (burst.go)
 }
 
 func (o op) String() string {
+	if o.badRole {
+		return fmt.Sprintf("w%d %s via %s (its role does not exist)", o.worker, badTenant, o.hPath)
+	}
+	if o.burst {
+		return fmt.Sprintf("w%d t%d burst of pg_sleep(20), deadline %v", o.worker, o.tenant, o.cut)
+	}
 	s := fmt.Sprintf("w%d t%d", o.worker, o.tenant)
 	if o.hostile >= 0 {
 		s += fmt.Sprintf(" hostile %s via %s", catalog[o.hostile].name, o.hPath)
 	} else if o.write {
 		s += fmt.Sprintf(" write via %s", o.hPath)
 	}
+	if o.hVia != viaDirect && (o.hostile >= 0 || o.write) {
+		s += " in a " + viaNames[o.hVia]
+	}
 	s += fmt.Sprintf(", probe via %s", o.pPath)
+	if o.pVia != viaDirect {
+		s += " in a " + viaNames[o.pVia]
+	}
 	if o.mode > 0 {
 		s += " mode " + modeNames[o.mode]
 	}
@@ -82,8 +110,10 @@ func (o op) String() string {
 	return s
 }
 
-// genOp draws worker's next op.
-func genOp(r *rand.Rand, c config, worker int) op {
+// genOp draws worker's next op: r draws what the first checker drew, so
+// that its seeds keep their sequences, r2 what was added since (the
+// adapters, the tenant with a bad role).
+func genOp(r, r2 *rand.Rand, c config, worker int) op {
 	o := op{worker: worker, tenant: worker % numTenants, hostile: -1, nonce: r.Int32()}
 	switch x := r.IntN(10); {
 	case x < 5:
@@ -115,6 +145,31 @@ func genOp(r *rand.Rand, c config, worker int) op {
 	if r.IntN(8) == 0 {
 		o.probeDL = time.Duration(1+r.IntN(50)) * time.Millisecond
 	}
+	drawVia := func() via {
+		switch r2.IntN(8) {
+		case 0:
+			return viaHTTP
+		case 1:
+			return viaJob
+		}
+		return viaDirect
+	}
+	o.hVia, o.pVia = drawVia(), drawVia()
+	if c.role && r2.IntN(40) == 0 {
+		o.badRole = true
+	}
+	if o.hPath == pathAcquire && r2.IntN(2) == 0 {
+		o.hPath = pathConnTx
+	}
+	// A cut from its catalog entry's up to 2 s: a short one mostly ends
+	// while the call still waits for a connection, a long one while the
+	// statement runs, so that its cancel request must go out (issue 51, 2).
+	if o.hostile >= 0 && catalog[o.hostile].cut > 0 {
+		o.cut = catalog[o.hostile].cut + time.Duration(r2.IntN(1700))*time.Millisecond
+	}
+	if c.database && r2.IntN(50) == 0 {
+		o.burst, o.cut = true, time.Duration(500+r2.IntN(1500))*time.Millisecond
+	}
 	return o
 }
 
@@ -138,6 +193,12 @@ func (rc *runCtx) opCtx(o op, d time.Duration, cancel bool) (context.Context, co
 
 // exec runs o and checks it; it returns the violations found.
 func (rc *runCtx) exec(o op) []string {
+	if o.badRole {
+		return rc.execBadRole(o)
+	}
+	if o.burst {
+		return rc.execBurst(o)
+	}
 	tenant := rc.env.tenants[o.tenant]
 	var bad []string
 	started := time.Now()
@@ -163,27 +224,32 @@ func (rc *runCtx) exec(o op) []string {
 			args = []any{tenant, rc.runID}
 		}
 		d, c := o.deadline, o.cancel
-		if h != nil && h.cut > 0 && (d == 0 || d > h.cut) {
-			d, c = h.cut, false
+		if h != nil && o.cut > 0 && (d == 0 || d > o.cut) {
+			d, c = o.cut, false
 		}
 		ctx, cancel := rc.opCtx(o, d, c)
-		err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
-		if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
-			bad = append(bad, "first statement: "+m)
-		}
-		bad = append(bad, extra...)
+		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
+			err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
+			if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
+				extra = append(extra, "first statement: "+m)
+			}
+			return extra
+		})...)
 		cancel()
 	}
 	ctx, cancel := rc.opCtx(o, o.probeDL, false)
 	defer cancel()
-	var r probeResult
-	err := rc.probe(ctx, o, &r)
-	if m := rc.judgeErr(ctx, tenant, err, false, nil, started); m != "" {
-		bad = append(bad, "probe: "+m)
-	}
-	if err == nil {
-		bad = append(bad, rc.checkProbe(tenant, o.nonce, r)...)
-	}
+	bad = append(bad, rc.run(ctx, o, o.pVia, func(ctx context.Context) []string {
+		var r probeResult
+		err := rc.probe(ctx, o, &r)
+		if m := rc.judgeErr(ctx, tenant, err, false, nil, started); m != "" {
+			return []string{"probe: " + m}
+		}
+		if err == nil {
+			return rc.checkProbe(tenant, o.nonce, r)
+		}
+		return nil
+	})...)
 	return bad
 }
 
@@ -286,10 +352,19 @@ func (rc *runCtx) send(ctx context.Context, o op, p path, q string, args []any, 
 			err = nil
 		}
 		c.Release()
-		if _, uerr := copyOf.Exec(ctx, "select 1"); !errors.Is(uerr, tenantdb.ErrConnReleased) {
+		// With a context already ended: a statement that tenantdb lets
+		// through reaches pgx's connection while another holder (or the
+		// reset at release) uses it, and pgx may panic the whole checker
+		// ("slow write timer already active", seen with issue 31, 1
+		// reintroduced). tenantdb must refuse it before pgx sees it.
+		ended, end := context.WithCancel(ctx)
+		end()
+		if _, uerr := copyOf.Exec(ended, "select 1"); !errors.Is(uerr, tenantdb.ErrConnReleased) {
 			bad = append(bad, fmt.Sprintf("a copy of a released Conn ran a statement: %v", uerr))
 		}
 		return err, bad
+	case pathConnTx:
+		return rc.sendConnTx(ctx, o, q, args, row, bad)
 	case pathSQL:
 		if write {
 			var db, usr string
@@ -307,6 +382,70 @@ func (rc *runCtx) send(ctx context.Context, o op, p path, q string, args []any, 
 		return err, bad
 	}
 	return nil, bad
+}
+
+// sendConnTx sends q inside a transaction of SQL statements on a Conn, as
+// a user of a Conn may: BEGIN, SAVEPOINT, q, and after q's own error
+// ROLLBACK TO SAVEPOINT, then COMMIT. q's error is returned; the others are
+// judged here, and only q may fail of its own: a failed transaction must
+// take the statements that end or mend it (issue 31, 3).
+func (rc *runCtx) sendConnTx(ctx context.Context, o op, q string, args []any, row func(func(...any) error) error, bad []string) (error, []string) {
+	tenant := rc.env.tenants[o.tenant]
+	var h *hostile
+	if o.hostile >= 0 {
+		h = &catalog[o.hostile]
+	}
+	started := time.Now()
+	c, err := rc.pool.Acquire(ctx)
+	if err != nil {
+		return err, bad
+	}
+	defer c.Release()
+	// step sends stmt and judges its error, which it returns.
+	step := func(stmt string) error {
+		_, err := c.Exec(ctx, stmt)
+		if err != nil {
+			if m := rc.judgeErr(ctx, tenant, err, false, h, started); m != "" {
+				bad = append(bad, stmt+": "+m)
+			}
+		}
+		return err
+	}
+	// over reports whether err ended the session or the call: nothing to
+	// mend then. Otherwise an open transaction is rolled back, as a user's
+	// code does: pgxpool would close a connection released in one.
+	over := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return ctx.Err() != nil || connLost(err) || !errors.As(err, &pgErr) || pgErr.Severity == "FATAL"
+	}
+	if err := step("begin"); err != nil {
+		return nil, bad
+	}
+	if err := step("savepoint s1"); err != nil {
+		if !over(err) {
+			step("rollback")
+		}
+		return nil, bad
+	}
+	err = row(c.QueryRow(ctx, q, args...).Scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err != nil {
+		if over(err) {
+			return err, bad
+		}
+		if rerr := step("rollback to savepoint s1"); rerr != nil {
+			if !over(rerr) {
+				step("rollback")
+			}
+			return err, bad
+		}
+	}
+	if cerr := step("commit"); cerr != nil && !over(cerr) {
+		step("rollback")
+	}
+	return err, bad
 }
 
 // probe runs the probe by o's probe path, with o's pgx option among its

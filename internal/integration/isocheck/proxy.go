@@ -22,6 +22,9 @@ type proxy struct {
 	onCut  func() // the run's fault accounting
 	conns  map[net.Conn]net.Conn
 	closed bool
+	// resume, while a cut-off lasts, is closed when it ends: nothing is
+	// forwarded or dialled until then (nil: none).
+	resume chan struct{}
 }
 
 func startProxy(target string, seed uint64) (*proxy, error) {
@@ -42,6 +45,7 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.waitOpen()
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			c.Close()
@@ -80,6 +84,7 @@ func (p *proxy) pipe(a, b net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := a.Read(buf)
+		p.waitOpen()
 		if n > 0 && p.on.Load() {
 			switch x := p.intn(1000); {
 			case x < 2: // cut
@@ -107,6 +112,39 @@ func (p *proxy) pipe(a, b net.Conn) {
 	}
 }
 
+// waitOpen waits while a cut-off lasts.
+func (p *proxy) waitOpen() {
+	p.mu.Lock()
+	r := p.resume
+	p.mu.Unlock()
+	if r != nil {
+		<-r
+	}
+}
+
+// cutOff stops the proxy forwarding anything for d, as a paused or
+// unreachable server would; with drop it also closes every connection, so
+// that the client must dial again (and its dial hangs until d is over).
+func (p *proxy) cutOff(d time.Duration, drop bool) {
+	r := make(chan struct{})
+	p.mu.Lock()
+	p.resume = r
+	if drop {
+		for c, s := range p.conns {
+			c.Close()
+			s.Close()
+		}
+	}
+	p.mu.Unlock()
+	time.Sleep(d) // the cut-off's length
+	p.mu.Lock()
+	if p.resume == r { // close did not end it first
+		p.resume = nil
+		close(r)
+	}
+	p.mu.Unlock()
+}
+
 // setRun points the proxy's faults at a run (nil: none).
 func (p *proxy) setRun(onCut func()) {
 	p.mu.Lock()
@@ -119,6 +157,10 @@ func (p *proxy) close() {
 	p.ln.Close()
 	p.mu.Lock()
 	p.closed = true
+	if p.resume != nil {
+		close(p.resume)
+		p.resume = nil
+	}
 	for c, s := range p.conns {
 		c.Close()
 		s.Close()

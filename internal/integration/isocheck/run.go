@@ -52,6 +52,15 @@ type runCtx struct {
 	undoRaces   [][2]time.Time // backends started then may have an undone ALTER ROLE's defaults
 	executed    []op
 	seqOf       []int64
+	drops       map[string][]*dropWindow // guarded by mu: when each tenant's database was missing
+	redisCuts   []*dropWindow            // guarded by mu: when Redis was cut off
+
+	adapters *adapters // the HTTP middleware and the Runner (adapters.go)
+	// excl is held shared by every op and fault, and alone by an op of the
+	// tenant with a bad role, which must run with nothing else.
+	excl              sync.RWMutex
+	adminMu           sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
+	dbDrops, redisOut atomic.Int64
 }
 
 func (rc *runCtx) violate(seq int64, msg string) {
@@ -120,7 +129,9 @@ func (rc *runCtx) afterOp() {
 		}
 		from := time.Now().Add(-2 * time.Second)
 		bg := context.Background()
+		rc.adminMu.Lock()
 		rc.adminPool.Exec(bg, b.String())
+		rc.adminMu.Unlock()
 		// A connection whose session started with the hostile defaults but
 		// whose check ran after the undo above cannot tell: end those.
 		rc.faulting.Store(true)
@@ -190,7 +201,8 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	if err := e.clean(parent); err != nil {
 		return nil, err
 	}
-	p, closePool, err := c.newPool(parent, e, o.maxConns)
+	rc := &runCtx{cfg: c, env: e, stickyState: map[string]map[string]bool{}, drops: map[string][]*dropWindow{}}
+	p, prefix, closePool, err := c.newPool(parent, e, o.maxConns)
 	if err != nil {
 		return nil, err
 	}
@@ -202,9 +214,13 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	defer adminPool.Close()
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
-	rc := &runCtx{ctx: ctx, cfg: c, env: e, pool: p, adminPool: adminPool,
-		runID: int(runIDs.Add(1)) + int(time.Now().Unix()%100000)*1000, stickyState: map[string]map[string]bool{}, started: time.Now()}
+	rc.ctx, rc.pool, rc.adminPool = ctx, p, adminPool
+	rc.runID, rc.started = int(runIDs.Add(1))+int(time.Now().Unix()%100000)*1000, time.Now()
 	rc.db = tenantsql.OpenDB(p)
+	if err := rc.startAdapters(c, o.maxConns); err != nil {
+		closePool()
+		return nil, err
+	}
 
 	limit := o.maxConns
 	if c.pooler {
@@ -225,6 +241,10 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 		bg.Add(1)
 		go rc.faultLoop(sctx, &bg, rand.New(rand.NewPCG(o.seed, 1<<40)))
 	}
+	if o.faults && c.cluster {
+		bg.Add(1)
+		go rc.redisLoop(sctx, &bg, rand.New(rand.NewPCG(o.seed, 1<<41)))
+	}
 
 	deadline := time.Now().Add(o.duration)
 	var wg sync.WaitGroup
@@ -233,6 +253,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(o.seed, uint64(w)))
+			r2 := rand.New(rand.NewPCG(o.seed, uint64(w)|1<<32))
 			for i := 0; ; i++ {
 				if ctx.Err() != nil {
 					return
@@ -247,7 +268,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 					if time.Now().After(deadline) {
 						return
 					}
-					next = genOp(r, c, w)
+					next = genOp(r, r2, c, w)
 					if o.noModes {
 						next.mode = 0
 					}
@@ -258,7 +279,17 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 				rc.seqOf = append(rc.seqOf, seq)
 				rc.mu.Unlock()
 				opStart := time.Now()
+				if next.badRole {
+					rc.excl.Lock()
+				} else {
+					rc.excl.RLock()
+				}
 				bad := rc.exec(next)
+				if next.badRole {
+					rc.excl.Unlock()
+				} else {
+					rc.excl.RUnlock()
+				}
 				rc.ops.Add(1)
 				if d := time.Since(opStart); d > 45*time.Second {
 					bad = append(bad, fmt.Sprintf("the operation took %v; its contexts allow 40 s", d.Round(time.Millisecond)))
@@ -281,6 +312,7 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	wg.Wait()
 	sstop()
 	bg.Wait()
+	rc.adapters.close(rc)
 	rc.checkNothingHeld()
 	rc.audit(context.Background())
 	rc.auditDatabases(context.Background())
@@ -289,6 +321,9 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 		rc.poolerLog = e.bouncer.Log()
 	}
 	closePool()
+	if c.cluster {
+		rc.auditLeases(prefix)
+	}
 	return rc, nil
 }
 
@@ -303,6 +338,14 @@ func (rc *runCtx) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 			return
 		case <-time.After(time.Duration(500+r.IntN(2000)) * time.Millisecond):
 		}
+		rc.excl.RLock()
+		if rc.cfg.database && r.IntN(4) == 0 {
+			if err := rc.dropDatabase(r); err != nil {
+				rc.violate(-1, "the checker's own fault: "+err.Error())
+			}
+			rc.excl.RUnlock()
+			continue
+		}
 		rc.faulting.Store(true)
 		var n int
 		// Mostly an idle one: the next holder's first statement meets it.
@@ -311,6 +354,7 @@ func (rc *runCtx) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 			 order by (state = 'idle' and $2) desc, random() limit 1) s`, loginRole, r.IntN(3) > 0).Scan(&n)
 		rc.faultUntil(time.Now().Add(2 * time.Second))
 		rc.faulting.Store(false)
+		rc.excl.RUnlock()
 		if err == nil && n > 0 {
 			rc.faults.Add(1)
 		}
