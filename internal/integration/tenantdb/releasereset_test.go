@@ -267,6 +267,42 @@ func TestBadRoleClosesNoSharedConnection(t *testing.T) {
 	}
 }
 
+// TestBadRoleOnADirtyConnectionClosesNothing: a connection left dirty for
+// its next holder (here by a streak of one tenant) is reset in the bad
+// role's prepare, in the round trip whose last statements set the role;
+// the role's failure is the tenant's own and must not count as a failed
+// reset, which would close the connection (and the next, and the next).
+func TestBadRoleOnADirtyConnectionClosesNothing(t *testing.T) {
+	admin := rawPool(t, sharedPG, 1)
+	if _, err := admin.Exec(context.Background(), `do $$ begin
+		if not exists (select from pg_roles where rolname = 'tenant_good') then create role tenant_good; end if; end $$;
+		grant tenant_good to current_user`); err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, sharedPG, 1, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: 5, MaxWait: time.Minute}}, DefaultPlan: "p",
+		Session: tenantdb.Session{Role: func(id string) string { return "tenant_" + id }},
+	})
+	var pid uint32
+	for range 6 {
+		if err := p.QueryRow(as("good"), "select pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the connection is back", func() bool { return p.Stat().IdleConns() == 1 })
+	}
+	made := p.Stat().NewConnsCount()
+	if _, err := p.Exec(as("missing_role"), "select 1"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("a tenant with a role that does not exist: got %v, want the server's error", err)
+	}
+	var again uint32
+	if err := p.QueryRow(as("good"), "select pg_backend_pid()").Scan(&again); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Stat().NewConnsCount() - made; n != 0 || again != pid {
+		t.Fatalf("the bad role's call on the dirty connection: %d connections made after it, backend %d then %d", n, pid, again)
+	}
+}
+
 func keys(m map[uint32]bool) []uint32 {
 	var out []uint32
 	for k := range m {
