@@ -260,7 +260,8 @@ func (t *tenantStreak) acquired(tenant string) {
 		}
 		return
 	}
-	t.last.Store(&tenant)
+	other := tenant // a copy, so that only a change of tenant allocates
+	t.last.Store(&other)
 	t.n.Store(0)
 }
 
