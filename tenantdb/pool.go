@@ -220,7 +220,7 @@ func (p *Pool) Ping(ctx context.Context) error {
 
 // ping is pgxpool's Ping, with tenantdb's release (see release).
 func (p *Pool) ping(ctx context.Context) error {
-	c, err := p.pg.Acquire(ctx)
+	c, err := p.session.acquire(ctx, p.pg)
 	if err != nil {
 		return err
 	}

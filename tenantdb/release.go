@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/internal/rejected"
 )
 
 // resetStatements undo, in one simple-protocol round trip, everything a
@@ -313,10 +315,19 @@ func (s *sessionSetup) reset(conn *pgx.Conn, st *connState) bool {
 }
 
 // acquire acquires a connection of pg, counted in acquiring while it waits.
+// It acquires again when pgxpool gave up because prepare refused every
+// connection it tried (sessions left to their next holder that listened:
+// see package rejected), so that one tenant's leftovers never fail
+// another's call.
 func (s *sessionSetup) acquire(ctx context.Context, pg *pgxpool.Pool) (*pgxpool.Conn, error) {
 	s.acquiring.Add(1)
 	defer s.acquiring.Add(-1)
-	return pg.Acquire(ctx)
+	for round := 1; ; round++ {
+		c, err := pg.Acquire(ctx)
+		if !rejected.Again(ctx, err, round) {
+			return c, err
+		}
+	}
 }
 
 // readReset reads the report of resetStatements in results. When the

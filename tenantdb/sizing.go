@@ -256,7 +256,7 @@ func (p *Pool) checkServer(ctx context.Context, pg *pgxpool.Pool, name string, p
 	if name != "" {
 		what += fmt.Sprintf(" (server %q)", name)
 	}
-	c, err := pg.Acquire(withoutTenant(ctx))
+	c, err := p.session.acquire(withoutTenant(ctx), pg)
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", what, err)
 	}

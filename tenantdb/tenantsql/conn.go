@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/tenantdb/tenantdb/internal/rejected"
 	"github.com/tenantdb/tenantdb/tenantdb"
 )
 
@@ -45,7 +46,13 @@ func (cn *conn) bind(ctx context.Context) error {
 	if pg := slot.Pgxpool(); pg != cn.c.p.Pgxpool() { // Config.Database: the tenant's database
 		pgc = stdlib.GetPoolConnector(pg, cn.c.stdlibOpts...)
 	}
-	dc, err := pgc.Connect(slot.AcquireContext(ctx))
+	var dc driver.Conn
+	for round := 1; ; round++ { // see package rejected
+		dc, err = pgc.Connect(slot.AcquireContext(ctx))
+		if !rejected.Again(ctx, err, round) {
+			break
+		}
+	}
 	if err != nil {
 		slot.Release()
 		return err

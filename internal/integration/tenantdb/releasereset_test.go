@@ -649,3 +649,55 @@ func TestResetRunsBeforeTheUsersAfterRelease(t *testing.T) {
 	}
 	assertNothingHeld(t, p)
 }
+
+// TestAcquireAgainAfterPgxpoolGaveUp: when the PrepareConn hook refused
+// every connection pgxpool tried (MaxConns + 1 of them: tenantdb's refuses a
+// session left to its next holder that listened, and under load other
+// tenants' releases can keep bringing such sessions back), pgxpool gives up,
+// and the call is not failed for it: tenantdb acquires again. The user's
+// hook stands in for the refusals here, and plain pgxpool shows the error
+// whose message package rejected recognises.
+func TestAcquireAgainAfterPgxpoolGaveUp(t *testing.T) {
+	const maxConns = 2
+	var refuse atomic.Int32
+	pcfg := pgxConfig(t, sharedPG, maxConns)
+	pcfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+		return refuse.Add(-1) < 0, nil
+	}
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{Plans: map[string]tenantdb.Plan{"std": {MaxConns: maxConns}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, p, time.Minute)
+
+	refuse.Store(maxConns + 1)
+	c, err := p.Pgxpool().Acquire(context.Background())
+	if err == nil {
+		c.Release()
+		t.Fatal("plain pgxpool acquired after MaxConns + 1 refusals: the test no longer provokes it")
+	}
+	if !strings.HasPrefix(err.Error(), "pgxpool: too many failed attempts acquiring connection") {
+		t.Fatalf("plain pgxpool: %v, not the message package rejected recognises", err)
+	}
+	calls := map[string]func(ctx context.Context) error{
+		"Exec": func(ctx context.Context) error { _, err := p.Exec(ctx, "select 1"); return err },
+		"Ping": p.Ping,
+		"Acquire": func(ctx context.Context) error {
+			c, err := p.Acquire(ctx)
+			if err == nil {
+				c.Release()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		refuse.Store(maxConns + 1)
+		if err := call(as("acme")); err != nil {
+			t.Errorf("%s after MaxConns + 1 refused connections: %v", name, err)
+		}
+		if n := refuse.Load(); n >= 0 {
+			t.Errorf("%s: %d refusals left: pgxpool did not give up before tenantdb acquired again", name, n+1)
+		}
+		assertInUse(t, p, "acme", 0, "after "+name)
+	}
+}
