@@ -30,6 +30,17 @@ var byDesign = map[string]string{
 	"TestTxBeginFuncNestedTransactionRollback": "as TestTxBeginFuncNestedTransactionCommit",
 }
 
+// byDesignWhenSlow are the pgx tests that fail by design only when the
+// machine is slow enough to lose a race they do not know they run: they pass
+// on an idle machine, so passing is not reported.
+var byDesignWhenSlow = map[string]string{
+	"TestPoolAcquireChecksIdleConns": "it reads pgx's PID through Conn.Conn(), which gives a holder raw access, so " +
+		"tenantdb resets the session at release, in a goroutine as pgxpool runs AfterRelease; it then terminates " +
+		"the three backends and expects the pool to count them all until an acquire finds them dead: a reset still " +
+		"running when its backend is terminated fails, and pgxpool destroys that connection at once (seen only " +
+		"with the machine busy, in the loaded runs of issue 44)",
+}
+
 // byDesignRotating are the pgx tests that fail by design only when tenants
 // change between statements.
 var byDesignRotating = map[string]string{}
@@ -73,7 +84,7 @@ func (r suiteRun) tests() int {
 // TestPgxpoolSuite runs pgx's pgxpool tests, at the version of the library's
 // go.mod, on plain pgxpool and on tenantdb.Pool (one tenant; then tenants
 // changing between statements) against one PostgreSQL, and fails on every
-// test that fails on tenantdb.Pool but not on pgxpool, unless byDesign lists
+// test that fails on tenantdb.Pool but not on pgxpool, unless byDesign or byDesignWhenSlow lists
 // it.
 func TestPgxpoolSuite(t *testing.T) {
 	if testing.Short() {
@@ -123,6 +134,10 @@ func compare(t *testing.T, mode string, plain, ported suiteRun) {
 		}
 		if reason, ok := byDesignRotating[top]; ok && mode == "rotate" {
 			t.Logf("tenants %s: %s fails by design: %s", mode, name, reason)
+			continue
+		}
+		if reason, ok := byDesignWhenSlow[top]; ok {
+			t.Logf("tenants %s: %s fails by design with the machine busy: %s", mode, name, reason)
 			continue
 		}
 		if p, ok := plain[name]; ok && p.action == "fail" {
