@@ -511,6 +511,12 @@ func cpuTargets(rounds []cpuRound) []string {
 	return missed
 }
 
+// outsideInflation is how much longer than their sleep the static cap's quiet
+// reads may take before a round counts as disturbed from outside: the
+// adaptive limit's default Tolerance, beyond which it cuts a tenant whose
+// holds inflate, whatever inflated them.
+const outsideInflation = 1.3
+
 // TestAdaptiveLimitsKeepWaitingWork: a pg_sleep burst does not inflate with
 // concurrency, so the adaptive limit climbs to the cap and the burst takes
 // about as long as under the static cap, the best static cap for waiting
@@ -530,6 +536,12 @@ func cpuTargets(rounds []cpuRound) []string {
 // Slow start from the floor 1 (1, 2, 4, 8, then 10) serves 15 requests in
 // its first 4 rounds where the cap serves 40, so this burst of 30 rounds
 // needs at least 33 (1.10x) and a burst of 10 rounds at least 13 (1.30x).
+//
+// A round in which the static cap's own quiet reads took longer than
+// outsideInflation times their sleep was disturbed from outside (a starved
+// machine makes every hold longer, which the adaptive limit takes for
+// queueing: see docs/adaptive-limits.md) and is not judged; with every round
+// disturbed the test is skipped with the reason.
 func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 	const n, sleep = 300, 100 * time.Millisecond
 	run := func(adaptive bool) burstResult {
@@ -544,6 +556,7 @@ func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 	}
 	ideal := time.Duration(n/perTenantCap) * sleep
 	bestMakespan, bestQuiet := math.Inf(1), math.Inf(1)
+	judged := 0
 	for round := 0; round < 3 && (bestMakespan > 1.15 || bestQuiet > 1.5); round++ {
 		var static, adaptive burstResult
 		if round%2 == 0 {
@@ -553,6 +566,12 @@ func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 		}
 		makespan := float64(adaptive.makespan) / float64(static.makespan)
 		quiet := float64(percentile(adaptive.quiet, 0.5)) / float64(percentile(static.quiet, 0.5))
+		if staticQuiet := percentile(static.quiet, 0.5); float64(staticQuiet) > outsideInflation*float64(quietSleep) {
+			t.Logf("round %d: disturbed from outside, not judged: the static cap's quiet reads of %v took %v at the median (adaptive %v, burst %v against static %v)",
+				round+1, quietSleep, staticQuiet, percentile(adaptive.quiet, 0.5), adaptive.makespan.Round(time.Millisecond), static.makespan.Round(time.Millisecond))
+			continue
+		}
+		judged++
 		bestMakespan, bestQuiet = min(bestMakespan, makespan), min(bestQuiet, quiet)
 		t.Logf("round %d: noisy %d x %v: ideal %v, static %v (%.3fx), adaptive %v (%.3fx the static cap's), at most %d active, "+
 			"effective limit up to %d; quiet p50 static %v, adaptive %v (%.2fx; its effective limit median %d)",
@@ -562,6 +581,9 @@ func TestAdaptiveLimitsKeepWaitingWork(t *testing.T) {
 		if adaptive.maxLimit != perTenantCap {
 			t.Errorf("round %d: adaptive: effective limit reached %d, want the cap %d: waiting-type work was throttled", round+1, adaptive.maxLimit, perTenantCap)
 		}
+	}
+	if judged == 0 {
+		t.Skip("every round was disturbed from outside: the targets could not be measured")
 	}
 	if bestMakespan > 1.15 {
 		t.Errorf("adaptive: the burst took at best %.3fx as long as under the static cap, want at most 1.15x (CI's margin; the goal is 1.1x of the ideal)", bestMakespan)
