@@ -19,18 +19,19 @@ type Permit struct {
 // uncontended path allocates nothing; gen tells a stale Permit from the
 // current holder, which is what makes Release idempotent.
 type permitState struct {
-	g       *Gate
-	t       *tenant         // guarded by g.mu
-	class   *classState     // guarded by g.mu
-	gen     uint64          // guarded by g.mu: bumped on every release
-	ctx     context.Context // the tracer's context, nil without a tracer
-	start   int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
-	weight  int64           // guarded by g.mu: how many permits a measured hold stands for
-	lease   ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
-	limits  timeLimits      // set at grant, before the holder sees the permit: its time limits
-	place   *placed         // set at grant, as limits: its tenant's placement then
-	charged int64           // guarded by g.mu: ns its grant charged to its tenant's budget
-	next    *permitState    // guarded by g.mu: in the free list
+	g            *Gate
+	t            *tenant         // guarded by g.mu
+	class        *classState     // guarded by g.mu
+	gen          uint64          // guarded by g.mu: bumped on every release
+	ctx          context.Context // the tracer's context, nil without a tracer
+	start        int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
+	weight       int64           // guarded by g.mu: how many permits a measured hold stands for
+	lease        ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
+	limits       timeLimits      // set at grant, before the holder sees the permit: its time limits
+	place        *placed         // set at grant, as limits: its tenant's placement then
+	charged      int64           // guarded by g.mu: ns its grant charged to its tenant's budget
+	classCharged int64           // guarded by g.mu: ns its grant charged to its class's budget (Class.Budget)
+	next         *permitState    // guarded by g.mu: in the free list
 }
 
 // Release returns the permit's tenant slot and global capacity, and serves
@@ -50,7 +51,7 @@ func (p Permit) Release() {
 	tctx := s.ctx
 	var rd TraceReleaseData
 	if g.releaseTracer != nil {
-		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0
+		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0 || s.class.Budget.Rate > 0
 		if s.class.index != 0 {
 			rd.Class = s.class.name
 		}
@@ -114,6 +115,9 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 	if t.bucket != nil {
 		g.chargeReleaseLocked(t, s, hold, now)
 	}
+	if l != nil && l.bucket != nil {
+		g.chargeClassReleaseLocked(l, s, hold, now)
+	}
 	s.gen++
 	lease = s.lease
 	s.t, s.class, s.ctx, s.start, s.weight, s.lease, s.charged, s.place = nil, nil, nil, 0, 0, nil, 0, nil
@@ -176,5 +180,8 @@ func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 	}
 	s.t, s.class, s.limits, s.place = t, c, t.timeLimits(c), t.place
 	g.chargeGrantLocked(t, s, now)
+	if c.Budget.Rate != 0 {
+		g.chargeClassGrantLocked(t, c, s, now)
+	}
 	return Permit{s: s, gen: s.gen}
 }
