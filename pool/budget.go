@@ -119,6 +119,14 @@ func (g *Gate) refillLocked(t *tenant, now int64) *bucket {
 	if b := t.bucket; b != nil && now <= b.at {
 		return b
 	}
+	return g.refillSlowLocked(t, now)
+}
+
+// refillSlowLocked is refillLocked's refill; not inlined, so that
+// refillLocked is.
+//
+//go:noinline
+func (g *Gate) refillSlowLocked(t *tenant, now int64) *bucket {
 	return g.refillBucketLocked(&t.bucket, t.plan.Budget.Rate, t.plan.burst, now)
 }
 
@@ -199,13 +207,22 @@ func (g *Gate) budgetWaitLocked(t *tenant, pending int, now int64) time.Duration
 // permit yet (waiting for global capacity or a cluster slot).
 func pendingSlots(t *tenant) int { return t.held() - t.inUse }
 
-// chargeGrantLocked charges a permit s of t, granted at now (0: at the
-// last clock reading), its expected hold, if t's plan has a budget. Small
-// enough to inline.
-func (g *Gate) chargeGrantLocked(t *tenant, s *permitState, now int64) {
+// chargeGrantLocked charges a permit s of class c for t, granted at now
+// (0: at the last clock reading), its expected hold, to t's budget and to
+// its class's, if they have one. Inlined: no call without a budget.
+func (g *Gate) chargeGrantLocked(t *tenant, c *classState, s *permitState, now int64) {
+	if t.plan.Budget.Rate != 0 || c.Budget.Rate != 0 {
+		g.chargeBudgetsLocked(t, c, s, now)
+	}
+}
+
+func (g *Gate) chargeBudgetsLocked(t *tenant, c *classState, s *permitState, now int64) {
 	if t.plan.Budget.Rate != 0 {
 		s.charged = expectedHold(t)
 		g.refillLocked(t, max(now, g.lastNow)).tokens -= s.charged
+	}
+	if c.Budget.Rate != 0 {
+		g.chargeClassGrantLocked(t, c, s, now)
 	}
 }
 

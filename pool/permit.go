@@ -112,8 +112,12 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 			l.avgHold = movingAverage(l.avgHold, hold)
 		}
 	}
-	if t.bucket != nil {
-		g.chargeReleaseLocked(t, s, hold, now)
+	if b := t.bucket; b != nil {
+		if s.weight == 0 { // not timed: it costs what its grant was charged (chargeReleaseLocked)
+			b.used += s.charged
+		} else {
+			g.chargeReleaseLocked(t, s, hold, now)
+		}
 	}
 	if l != nil && l.bucket != nil {
 		g.chargeClassReleaseLocked(l, s, hold, now)
@@ -179,9 +183,6 @@ func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 		s = &permitState{g: g}
 	}
 	s.t, s.class, s.limits, s.place = t, c, t.timeLimits(c), t.place
-	g.chargeGrantLocked(t, s, now)
-	if c.Budget.Rate != 0 {
-		g.chargeClassGrantLocked(t, c, s, now)
-	}
+	g.chargeGrantLocked(t, c, s, now)
 	return Permit{s: s, gen: s.gen}
 }
