@@ -51,7 +51,7 @@ func (p Permit) Release() {
 	tctx := s.ctx
 	var rd TraceReleaseData
 	if g.releaseTracer != nil {
-		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0 || s.class.Budget.Rate > 0
+		rd.Tenant, rd.Plan, rd.Budgeted = s.t.id, s.t.plan.name, s.charged != 0 || s.t.plan.Budget.Rate > 0
 		if s.class.index != 0 {
 			rd.Class = s.class.name
 		}

@@ -105,6 +105,7 @@ type TraceReleaseData struct {
 	// Hold is how long the permit was held.
 	Hold time.Duration
 	// Budgeted reports that the hold was charged to its tenant's Budget
-	// or its class's.
+	// (a class's Budget alone does not set it: the tenant's budget
+	// metrics are of the tenant's own bucket).
 	Budgeted bool
 }
