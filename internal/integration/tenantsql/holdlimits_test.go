@@ -15,10 +15,11 @@ import (
 
 // TestIdleTransactionThroughDatabaseSQL: an sql.Tx left idle past its
 // tenant's IdleInTransactionTimeout is rolled back and its slot and
-// connection returned, in both scopes; its later statements and its Commit
-// fail with ErrIdleInTransaction (and sql.ErrConnDone), its insert is gone
-// and TenantStat counts it. Rows left open keep the hold: a transaction
-// whose rows are open past the timeout is not ended under them.
+// connection returned, in both scopes; its later statements, its prepared
+// statement and its Commit fail with ErrIdleInTransaction (and
+// sql.ErrConnDone), its insert is gone and TenantStat counts it. Rows left
+// open keep the hold: a transaction whose rows are open past the timeout
+// is not ended under them.
 func TestIdleTransactionThroughDatabaseSQL(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	for name, scope := range map[string]tenantdb.Scope{"ScopeSession": tenantdb.ScopeSession, "ScopeTransaction": tenantdb.ScopeTransaction} {
@@ -73,7 +74,17 @@ func TestIdleTransactionThroughDatabaseSQL(t *testing.T) {
 			if _, err := tx.ExecContext(as("a"), "insert into hold_sql values (1)"); err != nil {
 				t.Fatal(err)
 			}
+			st, err := tx.PrepareContext(as("a"), "select $1::int")
+			if err != nil {
+				t.Fatal(err)
+			}
 			eventually(t, "the idle transaction's slot is back", func() bool { return inUse(p, "a") == 0 })
+			if _, err := st.ExecContext(as("a"), 1); !errors.Is(err, tenantdb.ErrIdleInTransaction) {
+				t.Errorf("a prepared statement after the end: %v, want ErrIdleInTransaction", err)
+			}
+			if err := st.Close(); err != nil {
+				t.Errorf("closing a prepared statement after the end: %v", err)
+			}
 			_, err = tx.ExecContext(as("a"), "select 1")
 			if !errors.Is(err, tenantdb.ErrIdleInTransaction) || !errors.Is(err, sql.ErrConnDone) {
 				t.Errorf("a statement after the end: %v, want ErrIdleInTransaction and sql.ErrConnDone", err)
