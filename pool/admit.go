@@ -120,8 +120,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 		g.countLocked(t, l, class, Acquired)
 		g.sampleTick++
 		sample := g.sampleTick%holdSampleEvery == 0
-		if t.bucket != nil {
-			now, sample = g.budgetTimingLocked(t, now, sample) // see bucket
+		if t.bucket != nil || l != nil && l.bucket != nil {
+			now, sample = g.budgetTimingLocked(t, l, now, sample) // see bucket
 		}
 		if now != 0 {
 			p.s.start, p.s.weight = now, 1
@@ -139,7 +139,8 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if l == nil {
 		l = &t.contended(g.classes).lanes[0]
 	}
-	withinLimit := l.capQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.budgetAllowsLocked(t, pendingSlots(t), now)
+	withinLimit := l.capQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap &&
+		g.budgetAllowsLocked(t, pendingSlots(t), now) && g.classBudgetAllowsLocked(l, now)
 	if !withinLimit {
 		// Decided before anything is allocated or the clock read: a tenant
 		// flooding past its cap is exactly when rejections must be cheap.
@@ -216,7 +217,7 @@ func (g *Gate) fastLocked(t *tenant, l *lane, c *classState, now int64) bool {
 		return t.inUse < t.limit && g.grantableLocked(t, c) && g.budgetAllowsLocked(t, 0, now)
 	}
 	return l.capQ.n+l.globalQ.n == 0 && l.held() < g.laneLimitLocked(l) && t.held() < t.cap && g.grantableLocked(t, c) &&
-		g.budgetAllowsLocked(t, pendingSlots(t), now)
+		g.budgetAllowsLocked(t, pendingSlots(t), now) && g.classBudgetAllowsLocked(l, now)
 }
 
 // admitLocked is the admission loop: each turn acts on the stage w is in,
@@ -259,10 +260,12 @@ func (g *Gate) admitLocked(ctx context.Context, w *waiter, d *TraceAcquireEndDat
 				continue
 			}
 		}
-		if w.stage == stageCap && refilled == nil && w.t.plan.Budget.Rate > 0 {
+		if w.stage == stageCap && refilled == nil && (w.t.plan.Budget.Rate > 0 || w.l.class.Budget.Rate > 0) {
 			// Nothing is released when a budget refills: w's goroutine
-			// looks again when it allows the next request.
-			if d := g.budgetWaitLocked(w.t, pendingSlots(w.t), g.nowLocked()); d > 0 {
+			// looks again when both its tenant's and its class's allow
+			// the next request.
+			now := g.nowLocked()
+			if d := max(g.budgetWaitLocked(w.t, pendingSlots(w.t), now), g.classBudgetWaitLocked(w.l, now)); d > 0 {
 				if budgetTimer == nil {
 					budgetTimer = time.NewTimer(d)
 				} else {
@@ -432,19 +435,21 @@ func (g *Gate) overLimitLocked(l *lane, waited int64) *OverLimitError {
 }
 
 // refusalLocked is the error for a request of lane l refused in the tenant
-// stage after waiting waited ns (0 when refused on arrival): the budget's
-// when the lane's and the tenant's caps had room, else overLimitLocked's.
+// stage after waiting waited ns (0 when refused on arrival): a budget's
+// (the tenant's or its class's, see budgetRefusalLocked) when the lane's
+// and the tenant's caps had room, else overLimitLocked's.
 func (g *Gate) refusalLocked(l *lane, waited int64) *OverLimitError {
 	t := l.t
-	if t.plan.Budget.Rate == 0 || l.held() >= g.laneLimitLocked(l) || t.held() >= t.cap {
+	if t.plan.Budget.Rate == 0 && l.class.Budget.Rate == 0 || l.held() >= g.laneLimitLocked(l) || t.held() >= t.cap {
 		return g.overLimitLocked(l, waited)
 	}
+	b, wait := g.budgetRefusalLocked(l, g.nowLocked())
 	e := &OverLimitError{Tenant: t.id, Limit: t.cap, Waited: time.Duration(waited), Cause: CauseBudget,
-		RetryAfter: min(max(g.budgetWaitLocked(t, pendingSlots(t), g.nowLocked()), time.Millisecond), g.cfg.MaxRetryAfter)}
+		RetryAfter: min(max(wait, time.Millisecond), g.cfg.MaxRetryAfter)}
 	if l.class.index != 0 {
 		e.Class = l.class.name
 	}
-	t.bucket.refused++ // budgetWaitLocked made it
+	b.refused++
 	return e
 }
 

@@ -80,6 +80,13 @@ type Class struct {
 	// (Plan.IdleInTransactionTimeout, Plan.MaxHold): the smaller applies.
 	// Default 0: the tenant's.
 	IdleInTransactionTimeout, MaxHold time.Duration
+
+	// Budget, when its Rate is positive, gives each tenant's work of the
+	// class a share of connection-time of its own, as Plan.Budget gives
+	// the tenant's: a request of the class needs both budgets to allow
+	// it, and out of it is rejected or waits by the class's MaxWaiting and
+	// MaxWait. Default: none, only the tenant's.
+	Budget Budget
 }
 
 // classState is a class in force in a Gate. Gate.classes[0] is the default
@@ -89,6 +96,7 @@ type classState struct {
 	name  string
 	Class // the default class's MaxConns is unused: the tenant's limit is its cap
 	index uint8
+	burst int64 // Budget's burst with its default, ns
 	// Its share of each server's capacity, what it holds there and its
 	// fair ring are the server's (shared.classes).
 
@@ -196,12 +204,14 @@ func newClasses(cfg *Config) ([]*classState, error) {
 			return nil, bad("IdleInTransactionTimeout must not be negative, got %v", c.IdleInTransactionTimeout)
 		case c.MaxHold < 0:
 			return nil, bad("MaxHold must not be negative, got %v", c.MaxHold)
+		case c.Budget.validate() != nil:
+			return nil, bad("%v", c.Budget.validate())
 		case !(c.MaxShare > 0 && c.MaxShare <= 1):
 			return nil, bad("MaxShare must be above 0 and at most 1, got %v", c.MaxShare)
 		case !(c.MinShare > 0 && c.MinShare <= c.MaxShare):
 			return nil, bad("MinShare must be above 0 and at most MaxShare %v, got %v", c.MaxShare, c.MinShare)
 		}
-		classes = append(classes, &classState{name: name, Class: c, index: uint8(len(classes))})
+		classes = append(classes, &classState{name: name, Class: c, index: uint8(len(classes)), burst: c.Budget.burst()})
 	}
 	return classes, nil
 }

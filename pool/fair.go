@@ -213,7 +213,7 @@ func (g *Gate) promoteLocked(t *tenant) {
 			if now == 0 {
 				now = g.nowLocked()
 			}
-			if !g.budgetAllowsLocked(t, held-t.inUse, now) {
+			if !g.budgetAllowsLocked(t, held-t.inUse, now) || !g.classBudgetAllowsLocked(l, now) {
 				break // its waiters' goroutines look again when it refills
 			}
 			g.promoteOneLocked(t, l, now)

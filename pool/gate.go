@@ -83,6 +83,11 @@ func New(cfg Config) (*Gate, error) {
 			g.budgets.Store(true)
 		}
 	}
+	for _, c := range classes {
+		if c.Budget.Rate > 0 {
+			g.budgets.Store(true)
+		}
+	}
 	g.servers = newServers(&g.cfg, classes)
 	for _, name := range slices.Sorted(mapKeys(g.servers)) {
 		g.serverList = append(g.serverList, g.servers[name].srv)

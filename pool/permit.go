@@ -19,18 +19,19 @@ type Permit struct {
 // uncontended path allocates nothing; gen tells a stale Permit from the
 // current holder, which is what makes Release idempotent.
 type permitState struct {
-	g       *Gate
-	t       *tenant         // guarded by g.mu
-	class   *classState     // guarded by g.mu
-	gen     uint64          // guarded by g.mu: bumped on every release
-	ctx     context.Context // the tracer's context, nil without a tracer
-	start   int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
-	weight  int64           // guarded by g.mu: how many permits a measured hold stands for
-	lease   ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
-	limits  timeLimits      // set at grant, before the holder sees the permit: its time limits
-	place   *placed         // set at grant, as limits: its tenant's placement then
-	charged int64           // guarded by g.mu: ns its grant charged to its tenant's budget
-	next    *permitState    // guarded by g.mu: in the free list
+	g            *Gate
+	t            *tenant         // guarded by g.mu
+	class        *classState     // guarded by g.mu
+	gen          uint64          // guarded by g.mu: bumped on every release
+	ctx          context.Context // the tracer's context, nil without a tracer
+	start        int64           // guarded by g.mu: clock at grant, 0 if hold time is not measured
+	weight       int64           // guarded by g.mu: how many permits a measured hold stands for
+	lease        ClusterLease    // guarded by g.mu: the cluster-wide slot, nil without Config.Cluster
+	limits       timeLimits      // set at grant, before the holder sees the permit: its time limits
+	place        *placed         // set at grant, as limits: its tenant's placement then
+	charged      int64           // guarded by g.mu: ns its grant charged to its tenant's budget
+	classCharged int64           // guarded by g.mu: ns its grant charged to its class's budget (Class.Budget)
+	next         *permitState    // guarded by g.mu: in the free list
 }
 
 // Release returns the permit's tenant slot and global capacity, and serves
@@ -111,8 +112,15 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 			l.avgHold = movingAverage(l.avgHold, hold)
 		}
 	}
-	if t.bucket != nil {
-		g.chargeReleaseLocked(t, s, hold, now)
+	if b := t.bucket; b != nil {
+		if s.weight == 0 { // not timed: it costs what its grant was charged (chargeReleaseLocked)
+			b.used += s.charged
+		} else {
+			g.chargeReleaseLocked(t, s, hold, now)
+		}
+	}
+	if l != nil && l.bucket != nil {
+		g.chargeClassReleaseLocked(l, s, hold, now)
 	}
 	s.gen++
 	lease = s.lease
@@ -175,6 +183,6 @@ func (g *Gate) newPermitLocked(t *tenant, c *classState, now int64) Permit {
 		s = &permitState{g: g}
 	}
 	s.t, s.class, s.limits, s.place = t, c, t.timeLimits(c), t.place
-	g.chargeGrantLocked(t, s, now)
+	g.chargeGrantLocked(t, c, s, now)
 	return Permit{s: s, gen: s.gen}
 }

@@ -15,7 +15,10 @@ var ErrRunnerClosed = errors.New("pool: runner closed")
 
 // Job is a unit of background work. Its context carries the tenant
 // (TenantFrom) and the values of the context it was submitted with, and is
-// cancelled when Runner.Close gives up draining.
+// cancelled when Runner.Close gives up draining, or once the job has run
+// for its permit's MaxHold (the Runner's Gate's Plan.MaxHold, a Lookup's,
+// a class's): then its Err is context.DeadlineExceeded and the tenant's
+// TenantStat.HoldTimeouts counts it.
 type Job func(ctx context.Context)
 
 // PanicError is what RunnerConfig.OnError receives for a job that panicked.
@@ -459,9 +462,15 @@ func transient(err error) bool {
 }
 
 // run runs one job holding permit, and releases it on every path; a panic
-// is reported to OnError, after the release, and goes no further.
+// is reported to OnError, after the release, and goes no further. The
+// job's context ends at the permit's MaxHold, if it has one.
 func (r *Runner) run(tenantID string, permit Permit, j queuedJob) {
-	ctx, cancel := context.WithCancel(WithTenant(context.WithValue(context.WithoutCancel(j.ctx), jobKey{}, r.g), tenantID))
+	base := WithTenant(context.WithValue(context.WithoutCancel(j.ctx), jobKey{}, r.g), tenantID)
+	ctx, cancel := context.WithCancel(base)
+	maxHold := permit.MaxHold()
+	if maxHold > 0 {
+		ctx, cancel = context.WithTimeout(base, maxHold)
+	}
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer func() {
 		v := recover()
@@ -470,6 +479,9 @@ func (r *Runner) run(tenantID string, permit Permit, j queuedJob) {
 			stack = debug.Stack()
 		}
 		stop()
+		if maxHold > 0 && ctx.Err() == context.DeadlineExceeded {
+			permit.Exceeded(LimitMaxHold)
+		}
 		cancel()
 		permit.Release()
 		if v != nil {

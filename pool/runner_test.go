@@ -493,3 +493,40 @@ func TestRunnerKeepsItsQueueThroughALookupOutage(t *testing.T) {
 	}
 	assertDrained(t, g)
 }
+
+// TestRunnerJobMaxHold: a job that runs past its permit's MaxHold (the
+// Runner's Gate's plan) has its context ended with DeadlineExceeded, and
+// the tenant's HoldTimeouts counts it; a job that ends in time is not
+// touched.
+func TestRunnerJobMaxHold(t *testing.T) {
+	g, err := pool.New(pool.Config{Capacity: 2, Plans: map[string]pool.Plan{"p": {MaxConns: 2, MaxHold: 20 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	r, log := newRunner(t, pool.RunnerConfig{Gate: g})
+	ended := make(chan error, 1)
+	mustSubmit(t, r, context.Background(), "a", func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+			ended <- ctx.Err()
+		case <-time.After(time.Minute): // a failure, not a hang
+			ended <- nil
+		}
+	})
+	if err := <-ended; err != context.DeadlineExceeded {
+		t.Fatalf("a job held past its MaxHold: its context ended with %v, want DeadlineExceeded", err)
+	}
+	quick := make(chan error, 1)
+	mustSubmit(t, r, context.Background(), "a", func(ctx context.Context) { quick <- ctx.Err() })
+	if err := <-quick; err != nil {
+		t.Fatalf("a job within its MaxHold: %v", err)
+	}
+	drain(t, r)
+	if s, _ := g.TenantStat("a"); s.HoldTimeouts != 1 || s.InUse != 0 {
+		t.Fatalf("HoldTimeouts %d, InUse %d; want 1, 0", s.HoldTimeouts, s.InUse)
+	}
+	if errs := log.all(); len(errs) != 0 {
+		t.Fatalf("OnError: %v", errs)
+	}
+}

@@ -69,6 +69,12 @@ type ClassStat struct {
 	Acquired, Rejected, TimedOut, Cancelled uint64
 	// WaitTime and HoldTime are as TenantStat's, for the class's requests.
 	WaitTime, HoldTime time.Duration
+	// In a TenantStat, for a class with a Budget (Class.Budget), the
+	// tenant's budget for the class, as TenantStat's BudgetUsed,
+	// BudgetLeft, OverBudget and Budgeted are for the tenant's own.
+	BudgetUsed, BudgetLeft time.Duration
+	OverBudget             uint64
+	Budgeted               bool
 }
 
 // Stat is a snapshot of the whole Gate. Counters include evicted tenants.
@@ -189,12 +195,20 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 			// Without contention state, all t did was of the default class.
 			s.Classes[0] = classStat(DefaultClass, t.limit, t.inUse, t.waiting(), &t.counters)
 			for i, c := range g.classes[1:] {
-				s.Classes[i+1] = ClassStat{Class: c.name, Limit: min(t.plan.classCaps[i+1], t.cap)}
+				s.Classes[i+1] = ClassStat{Class: c.name, Limit: min(t.plan.classCaps[i+1], t.cap),
+					Budgeted: c.Budget.Rate > 0, BudgetLeft: time.Duration(c.burst)} // a bucket starts full
 			}
 		} else {
 			for i := range t.wait.lanes {
 				l := &t.wait.lanes[i]
 				s.Classes[i] = classStat(l.class.name, g.laneLimitLocked(l), l.inUse, l.waiting(), &l.counters)
+				if l.class.Budget.Rate > 0 {
+					s.Classes[i].Budgeted = true
+					s.Classes[i].BudgetLeft = time.Duration(g.classBudgetLeftLocked(l, g.nowLocked()))
+				}
+				if b := l.bucket; b != nil {
+					s.Classes[i].BudgetUsed, s.Classes[i].OverBudget = time.Duration(b.used), b.refused
+				}
 			}
 		}
 	}

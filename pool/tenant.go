@@ -81,7 +81,8 @@ type lane struct {
 	credit        int        // grants left in the lane's turn in the ring; kept while it is backlogged
 	resLink       link[lane] // in the class's reserved line while globalQ is not empty and t.inUse < t.reserved
 	inRing, inRes bool
-	avgHold       int64 // moving average of the class's measured hold times, ns
+	avgHold       int64   // moving average of the class's measured hold times, ns
+	bucket        *bucket // the tenant's budget for the class (Class.Budget); nil until first checked
 	counters
 }
 

@@ -85,10 +85,11 @@ type TraceAcquireEndData struct {
 	// only (fail open).
 	ClusterWait  time.Duration
 	ClusterLocal bool
-	// Budgeted reports that the tenant's plan has a Budget, which took
-	// part in the decision (Err is an *OverLimitError with CauseBudget when
-	// it refused the request); BudgetLeft is then what was left of it right
-	// after, as TenantStat.BudgetLeft.
+	// Budgeted reports that the tenant's plan has a Budget, or the
+	// request's class has one (Class.Budget), which took part in the
+	// decision (Err is an *OverLimitError with CauseBudget when it refused
+	// the request); BudgetLeft is then what was left right after, as
+	// TenantStat.BudgetLeft (the smaller of the two with both).
 	Budgeted   bool
 	BudgetLeft time.Duration
 	Outcome    Outcome
@@ -103,6 +104,8 @@ type TraceReleaseData struct {
 	Class string
 	// Hold is how long the permit was held.
 	Hold time.Duration
-	// Budgeted reports that the hold was charged to its tenant's Budget.
+	// Budgeted reports that the hold was charged to its tenant's Budget
+	// (a class's Budget alone does not set it: the tenant's budget
+	// metrics are of the tenant's own bucket).
 	Budgeted bool
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tenantdb/tenantdb/pool"
 )
 
@@ -48,9 +50,11 @@ const endRollbackTimeout = 5 * time.Second
 type holdWatch struct {
 	idle, max time.Duration
 	start     time.Time
-	h         held    // a copy of what the Tx or Conn holds, for the watch to release
-	ref       liveRef // the Conn's life, ended with it; zero for a Tx
-	closedErr error   // a use after its holder ended it: ErrConnReleased or pgx.ErrTxClosed
+	permit    pool.Permit    // the hold's, whose limits these are
+	pc        *pgconn.PgConn // the held connection
+	release   func()         // returns the connection and the slot, as the holder would
+	ref       liveRef        // the Conn's life, ended with it; zero for a Tx
+	closedErr error          // a use after its holder ended it: ErrConnReleased, pgx.ErrTxClosed, ...
 
 	mu      sync.Mutex
 	timer   *time.Timer // guarded by mu
@@ -66,12 +70,24 @@ type holdWatch struct {
 // cost, when it has none. ref is the Conn's life (zero for a Tx), and
 // closedErr what a use after the holder ended the hold fails with.
 func watchHold(h held, ref liveRef, closedErr error) *holdWatch {
-	idle, max := h.permit.IdleInTransactionTimeout(), h.permit.MaxHold()
-	if idle <= 0 && max <= 0 || h.conn == nil {
+	if !hasHoldLimits(h.permit) || h.conn == nil {
 		return nil
 	}
+	return newHoldWatch(h.permit, h.conn.Conn().PgConn(), func() { h.release(nil) }, ref, closedErr) // h: a copy for the watch
+}
+
+// hasHoldLimits reports whether permit's work has an
+// IdleInTransactionTimeout or a MaxHold.
+func hasHoldLimits(permit pool.Permit) bool {
+	return permit.IdleInTransactionTimeout() > 0 || permit.MaxHold() > 0
+}
+
+// newHoldWatch starts a watch over pc, held under permit, that release
+// returns.
+func newHoldWatch(permit pool.Permit, pc *pgconn.PgConn, release func(), ref liveRef, closedErr error) *holdWatch {
+	idle, max := permit.IdleInTransactionTimeout(), permit.MaxHold()
 	now := time.Now()
-	w := &holdWatch{idle: idle, max: max, start: now, h: h, ref: ref, closedErr: closedErr, last: now}
+	w := &holdWatch{idle: idle, max: max, start: now, permit: permit, pc: pc, release: release, ref: ref, closedErr: closedErr, last: now}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(w.nextLocked(now), w.fire)
 	w.mu.Unlock()
@@ -127,8 +143,7 @@ func (w *holdWatch) fire() {
 // inTransactionLocked reports whether the held connection is inside a
 // transaction. Its holder is not using it: busy is 0.
 func (w *holdWatch) inTransactionLocked() bool {
-	pc := w.h.conn.Conn().PgConn()
-	return !pc.IsClosed() && pc.TxStatus() != txIdle
+	return !w.pc.IsClosed() && w.pc.TxStatus() != txIdle
 }
 
 // endLocked marks the hold ended by limit at now.
@@ -146,15 +161,15 @@ func (w *holdWatch) endLocked(limit pool.TimeLimit, now time.Time) {
 // later one fails: a rollback if a transaction is open (bounded by
 // endRollbackTimeout), then the release of the connection and the slot.
 func (w *holdWatch) finish(limit pool.TimeLimit) {
-	w.h.permit.Exceeded(limit)
-	pc := w.h.conn.Conn().PgConn()
+	w.permit.Exceeded(limit)
+	pc := w.pc
 	if !pc.IsClosed() && pc.TxStatus() != txIdle {
 		ctx, cancel := context.WithTimeout(context.Background(), endRollbackTimeout)
 		_, _ = pc.Exec(ctx, "rollback").ReadAll() // a failure closes the connection, which pgxpool destroys
 		cancel()
 	}
 	w.ref.end()
-	w.h.release(nil)
+	w.release()
 }
 
 // enter starts a call of the holder, or returns why there is none to make:

@@ -205,7 +205,9 @@ func (r *tenantRow) release(err *error) {
 // SendBatch sends b for the tenant in ctx. The slot is held, with the
 // connection, until the results are closed; or, when the batch begins a
 // transaction (pgx.Batch.BeginTx), until that transaction is committed or
-// rolled back.
+// rolled back. That transaction is under its tenant's
+// IdleInTransactionTimeout and MaxHold as one from Begin, from when the
+// results are closed (reading them counts as a call in progress).
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	ctx, h, err := p.hold(ctx)
 	if err != nil {
@@ -221,6 +223,8 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if tx := br.Tx(); tx != nil {
 		r.tx = &tenantTx{Tx: tx, h: h}
 		r.h = held{}
+		r.tx.w = watchHold(h, liveRef{}, pgx.ErrTxClosed)
+		_ = r.tx.w.enter() // a new watch: the results are a call in progress until Close
 	}
 	r.BatchResults = br
 	return r
@@ -247,8 +251,12 @@ func (b *tenantBatchResults) Close() (err error) {
 		b.h.release(&err)
 		if tx := b.tx; tx != nil && tx.h.conn != nil && (!completed || !inTransaction(tx.h.conn.Conn())) {
 			// A panic, a failed BEGIN or a transaction the batch ended:
-			// nothing is left for Commit or Rollback to release.
+			// nothing is left for Commit or Rollback to release. The
+			// watch, busy with the results until now, cannot have.
+			_ = tx.w.claim()
 			tx.h.release(&err)
+		} else if tx != nil {
+			tx.w.leave() // the transaction's idle time counts from here
 		}
 		b.err = err
 	}()

@@ -2,6 +2,7 @@ package tenantsql
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 
@@ -17,9 +18,10 @@ import (
 // database/sql calls it from one goroutine at a time.
 type conn struct {
 	c     *connector
-	slot  *tenantdb.Slot // nil until bound
-	pg    *stdlib.Conn   // nil until bound
-	local string         // with ScopeTransaction, the statement that sets the tenant's values; else ""
+	slot  *tenantdb.Slot      // nil until bound
+	pg    *stdlib.Conn        // nil until bound
+	local string              // with ScopeTransaction, the statement that sets the tenant's values; else ""
+	w     *tenantdb.SlotWatch // the tenant's IdleInTransactionTimeout and MaxHold; nil without them
 }
 
 var (
@@ -67,7 +69,30 @@ func (cn *conn) bind(ctx context.Context) error {
 		return err
 	}
 	cn.slot, cn.pg, cn.local = slot, pg, local
+	cn.w = slot.Watch(cn.give, sql.ErrConnDone)
 	return nil
+}
+
+// give returns the shared connection to the pgxpool, after the reset at
+// release if it needs one, and the slot to the tenant, in that order (a
+// CancelRequest of a revocation in flight is waited for first).
+func (cn *conn) give() {
+	cn.slot.Detach()
+	pg := cn.pg
+	cn.slot.Return(pg.Conn(), func() { _ = pg.Close() }) // a pool connection's Close only releases it
+	cn.slot.Release()
+}
+
+// enter readies the connection for a call (ready) and starts the call
+// under the tenant's time limits: each enter that returns nil needs a
+// cn.w.Leave. A call after the watch ended the hold fails with
+// tenantdb.ErrIdleInTransaction or tenantdb.ErrMaxHold (and
+// sql.ErrConnDone), before it touches the connection.
+func (cn *conn) enter(ctx context.Context) error {
+	if err := cn.ready(ctx); err != nil {
+		return err
+	}
+	return cn.w.Enter()
 }
 
 // ready binds the connection on its first statement, if Connect had no
@@ -105,9 +130,10 @@ func (cn *conn) Prepare(query string) (driver.Stmt, error) {
 }
 
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	if err := cn.ready(ctx); err != nil {
+	if err := cn.enter(ctx); err != nil {
 		return nil, err
 	}
+	defer cn.w.Leave()
 	if cn.local != "" && cn.idle() {
 		// Parsed now, outside a transaction, the statement would resolve
 		// its names before the tenant's search_path is set: it is sent
@@ -115,24 +141,25 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 		return &localStmt{cn: cn, query: query}, nil
 	}
 	st, err := cn.pg.PrepareContext(ctx, query)
-	if err != nil || cn.local == "" {
-		return st, cn.wrap(err)
+	if err != nil {
+		return nil, cn.wrap(err)
+	}
+	if cn.local == "" {
+		if cn.w == nil {
+			return st, nil
+		}
+		return &watchedStmt{Stmt: st.(*stdlib.Stmt), cn: cn}, nil
 	}
 	return &localStmt{st: st.(*stdlib.Stmt), cn: cn, query: query}, nil
 }
 
-// Close returns the shared connection to the pgxpool, after the reset at
-// release if it needs one, and the slot to the tenant, in that order (a
-// CancelRequest of a revocation in flight is waited for first). database/sql
-// calls it once.
+// Close gives the connection and the slot back (give), unless the tenant's
+// time limits ended the hold and did. database/sql calls it once.
 func (cn *conn) Close() error {
-	if cn.pg == nil {
+	if cn.pg == nil || cn.w.Claim() != nil {
 		return nil
 	}
-	cn.slot.Detach()
-	pg := cn.pg
-	cn.slot.Return(pg.Conn(), func() { _ = pg.Close() }) // a pool connection's Close only releases it
-	cn.slot.Release()
+	cn.give()
 	return nil
 }
 
@@ -141,38 +168,52 @@ func (cn *conn) Begin() (driver.Tx, error) {
 }
 
 func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	if err := cn.ready(ctx); err != nil {
+	if err := cn.enter(ctx); err != nil {
 		return nil, err
 	}
+	defer cn.w.Leave()
 	tx, err := cn.pg.BeginTx(ctx, opts)
-	if err != nil || cn.local == "" {
-		return tx, cn.wrap(err)
-	}
-	if _, err := cn.pg.Conn().Exec(ctx, cn.local); err != nil {
-		_ = tx.Rollback()
+	if err != nil {
 		return nil, cn.wrap(err)
 	}
-	return tx, nil
+	if cn.local != "" {
+		if _, err := cn.pg.Conn().Exec(ctx, cn.local); err != nil {
+			_ = tx.Rollback()
+			return nil, cn.wrap(err)
+		}
+	}
+	if cn.w == nil {
+		return tx, nil
+	}
+	return &watchedTx{tx: tx, cn: cn}, nil
 }
 
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := cn.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer cn.w.Leave()
 	return statement(ctx, cn, query, args, (*conn).execLocal, (*stdlib.Conn).ExecContext)
 }
 
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return statement(ctx, cn, query, args, (*conn).queryLocal, (*stdlib.Conn).QueryContext)
+	if err := cn.enter(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := statement(ctx, cn, query, args, (*conn).queryLocal, (*stdlib.Conn).QueryContext)
+	if err != nil {
+		cn.w.Leave()
+		return nil, err
+	}
+	return cn.watchRows(rows), nil // a call in progress until closed
 }
 
-// statement runs query on cn once it is ready: with local, which sets the
-// tenant's ScopeTransaction values first, when cn has them and is outside a
+// statement runs query on cn, ready: with local, which sets the tenant's
+// ScopeTransaction values first, when cn has them and is outside a
 // transaction; with plain, stdlib's, otherwise. Its error is wrapped.
 func statement[R any](ctx context.Context, cn *conn, query string, args []driver.NamedValue,
 	local func(*conn, context.Context, string, []driver.NamedValue) (R, error),
 	plain func(*stdlib.Conn, context.Context, string, []driver.NamedValue) (R, error)) (R, error) {
-	if err := cn.ready(ctx); err != nil {
-		var zero R
-		return zero, err
-	}
 	var r R
 	var err error
 	if cn.local != "" && cn.idle() {
@@ -193,6 +234,10 @@ func (cn *conn) Ping(ctx context.Context) error {
 	if cn.slot.Revoked() {
 		return tenantdb.ErrRevoked
 	}
+	if err := cn.w.Enter(); err != nil {
+		return err
+	}
+	defer cn.w.Leave()
 	return cn.pg.Ping(ctx)
 }
 
@@ -201,9 +246,11 @@ func (cn *conn) Ping(ctx context.Context) error {
 // dc.(interface{ Conn() *pgx.Conn }).Conn(). It is nil until a statement
 // with a tenant bound the connection (db.Conn with a tenant binds it at
 // once). Statements sent on it directly do not get ScopeTransaction's
-// setting.
+// setting, and are out of sight of the tenant's IdleInTransactionTimeout
+// and MaxHold, which no longer end the connection's hold; nil if they
+// already did.
 func (cn *conn) Conn() *pgx.Conn {
-	if cn.pg == nil {
+	if cn.pg == nil || !cn.w.Disarm() {
 		return nil
 	}
 	return cn.pg.Conn()

@@ -91,6 +91,7 @@ func (cn *conn) endLocal(sql string) error {
 type localRows struct {
 	*stdlib.Rows
 	cn   *conn
+	w    *tenantdb.SlotWatch // set by watchRows: the rows are a call in progress until closed
 	done bool
 }
 
@@ -105,6 +106,7 @@ func (r *localRows) Close() error {
 	if cerr := r.cn.endLocal("commit"); err == nil {
 		err = cerr
 	}
+	r.w.Leave()
 	return err
 }
 
@@ -124,10 +126,13 @@ var (
 	_ driver.StmtQueryContext = (*localStmt)(nil)
 )
 
+// Close deallocates a statement prepared on the server, unless the
+// tenant's time limits gave the connection back (see watchedStmt.Close).
 func (s *localStmt) Close() error {
-	if s.st == nil {
+	if s.st == nil || s.cn.w.Enter() != nil {
 		return nil
 	}
+	defer s.cn.w.Leave()
 	return s.st.Close()
 }
 

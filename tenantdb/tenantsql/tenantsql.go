@@ -36,6 +36,12 @@
 // cluster-wide slot is revoked (tenantdb.ErrRevoked), the statement running
 // on its connection is cancelled and later ones on it are refused.
 //
+// Under the tenant's IdleInTransactionTimeout and MaxHold (tenantdb's
+// Plan), an sql.Tx left idle or an sql.Conn held too long is rolled back
+// and given back between two calls, as a pgx Tx or Conn is; its later calls
+// fail with tenantdb.ErrIdleInTransaction or tenantdb.ErrMaxHold (and
+// sql.ErrConnDone). Rows left open count as a call in progress.
+//
 // database/sql never keeps a connection idle here, so none can pass from one
 // tenant to another inside its pool: the shared pgxpool keeps the idle
 // connections, as with pgx's stdlib.OpenDBFromPool. Leave SetMaxOpenConns

@@ -97,3 +97,109 @@ func TestBudgetConnectionTime(t *testing.T) {
 	}
 	assertNothingHeld(t, p)
 }
+
+// TestClassBudget: a class's Budget meters each tenant's work of the class
+// on its own, beside the tenant's other work. Five workers of a tenant's
+// "batch" class (budget 1 connection-second per second, burst 1 s, a queue)
+// running 250 ms queries for classRun hold about Rate × classRun + Burst,
+// while five workers of the same tenant's default class, with no budget,
+// hold about their cap's worth beside them; then an "interactive" call
+// past its class's budget is rejected for the budget, naming the class,
+// with a RetryAfter, while the tenant's default class still runs.
+func TestClassBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for classRun")
+	}
+	const classRun = 4 * time.Second
+	budget := pool.Budget{Rate: 1, Burst: time.Second}
+	p := newPool(t, sharedPG, 24, tenantdb.Config{
+		Plans:       map[string]pool.Plan{"plan": {MaxConns: 10, MaxWaiting: 10}},
+		DefaultPlan: "plan",
+		Classes: map[string]tenantdb.Class{
+			"batch":       {MaxConns: 5, MaxWaiting: 10, MaxWait: time.Minute, Budget: budget},
+			"interactive": {MaxConns: 4, Budget: pool.Budget{Rate: 0.05, Burst: 100 * time.Millisecond}},
+		},
+	})
+	end := time.Now().Add(classRun)
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for _, class := range []string{"batch", tenantdb.DefaultClass} {
+		for range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					ctx, cancel := context.WithDeadline(tenantdb.WithClass(as("acme"), class), end)
+					c, err := p.Acquire(ctx) // only the admission is bounded by the run
+					cancel()
+					if err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							errs <- err
+						}
+						return
+					}
+					_, err = c.Exec(as("acme"), "select pg_sleep(0.25)")
+					c.Release()
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	classOf := func(name string) pool.ClassStat {
+		for _, c := range p.TenantStat("acme").Classes {
+			if c.Class == name {
+				return c
+			}
+		}
+		t.Fatalf("no class %q", name)
+		return pool.ClassStat{}
+	}
+	batch, plain := classOf("batch"), classOf(tenantdb.DefaultClass)
+	want := time.Duration(budget.Rate*float64(classRun)) + budget.Burst
+	t.Logf("in %v: batch held %v in %d calls (budget %v, used %v), the default class %v in %d calls",
+		classRun, batch.HoldTime.Round(time.Millisecond), batch.Acquired, want, batch.BudgetUsed.Round(time.Millisecond),
+		plain.HoldTime.Round(time.Millisecond), plain.Acquired)
+	// The calls admitted at once may overshoot by their holds, as in
+	// TestBudgetConnectionTime: five of them, each as long as the machine
+	// makes it.
+	over := 5 * batch.HoldTime / time.Duration(max(batch.Acquired, 1))
+	if !batch.Budgeted || batch.HoldTime > want+want/10+over || batch.HoldTime < want-want/10-over {
+		t.Errorf("batch held %v of connection-time, want %v ± 10%% ± %v", batch.HoldTime, want, over)
+	}
+	if batch.BudgetUsed != batch.HoldTime {
+		t.Errorf("batch's budget charged %v, held %v: every hold must be charged", batch.BudgetUsed, batch.HoldTime)
+	}
+	if plain.HoldTime < 2*batch.HoldTime {
+		t.Errorf("the default class held %v beside batch's %v, with the same workers and cap: something other than the class budget limited batch",
+			plain.HoldTime, batch.HoldTime)
+	}
+	if s := p.TenantStat("acme"); s.Budgeted || s.OverBudget != 0 {
+		t.Errorf("the tenant has no budget of its own: Budgeted %v, OverBudget %d", s.Budgeted, s.OverBudget)
+	}
+
+	// Interactive: 100 ms of burst, spent (and more) by one 200 ms call.
+	interactive := tenantdb.WithClass(as("acme"), "interactive")
+	if _, err := p.Exec(interactive, "select pg_sleep(0.2)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Exec(interactive, "select 1")
+	var ol *pool.OverLimitError
+	if !errors.As(err, &ol) || !errors.Is(err, pool.ErrOverBudget) || ol.Cause != pool.CauseBudget || ol.Class != "interactive" || ol.RetryAfter <= 0 {
+		t.Fatalf("an interactive call past its class's budget: %v, want a budget rejection of class interactive with a RetryAfter", err)
+	}
+	if _, err := p.Exec(as("acme"), "select 1"); err != nil {
+		t.Fatalf("the tenant's default class beside its spent interactive budget: %v", err)
+	}
+	if c := classOf("interactive"); c.OverBudget != 1 || c.Rejected != 1 {
+		t.Errorf("interactive: OverBudget %d, Rejected %d; want 1, 1", c.OverBudget, c.Rejected)
+	}
+	assertNothingHeld(t, p)
+}

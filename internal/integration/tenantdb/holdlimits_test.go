@@ -405,3 +405,68 @@ func TestHoldEndRaces(t *testing.T) {
 	}
 	assertNothingHeld(t, p)
 }
+
+// TestBatchTransactionEnded: a transaction begun inside a batch
+// (pgx.Batch.BeginTx through Pool.SendBatch) is under the same limits as
+// one from Begin: left idle after its results are closed, or held past
+// MaxHold, it is rolled back and its slot returned, its later uses fail
+// with the limit's error, and its insert is gone. Reading the batch's
+// results counts as a call: the transaction is not ended under them.
+func TestBatchTransactionEnded(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		idle, maxHold time.Duration
+		want          error
+	}{
+		{"IdleInTransactionTimeout", 300 * time.Millisecond, 0, tenantdb.ErrIdleInTransaction},
+		{"MaxHold", 0, 300 * time.Millisecond, tenantdb.ErrMaxHold},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			holdTable(t, "hold_batch")
+			p := holdLimitsPool(t, c.idle, c.maxHold)
+			b := &pgx.Batch{}
+			b.BeginTx(pgx.TxOptions{})
+			b.Queue("insert into hold_batch values (1)")
+			b.Queue("select pg_backend_pid()")
+			br := p.SendBatch(as("a"), b)
+			defer br.Close() // on a failure; a second Close does nothing
+			tx := br.Tx()
+			if tx == nil {
+				t.Fatal("the batch began no transaction")
+			}
+			defer func() { _ = tx.Rollback(as("a")) }() // on a failure; after the end it does nothing
+			// The results of the begin and the insert.
+			for range 2 {
+				if _, err := br.Exec(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var pid uint32
+			if err := br.QueryRow().Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if err := br.Close(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the batch transaction's slot is back", func() bool { return p.TenantStat("a").InUse == 0 })
+			if _, err := tx.Exec(as("a"), "select 1"); !errors.Is(err, c.want) || !errors.Is(err, pgx.ErrTxClosed) {
+				t.Errorf("Exec after the end: %v, want %v and pgx.ErrTxClosed", err, c.want)
+			}
+			if err := tx.Commit(as("a")); !errors.Is(err, c.want) {
+				t.Errorf("Commit after the end: %v, want %v", err, c.want)
+			}
+			var rows int
+			if err := p.QueryRow(as("other"), "select count(*) from hold_batch").Scan(&rows); err != nil || rows != 0 {
+				t.Errorf("rows left by the ended transaction: %d (%v), want 0: it was not rolled back", rows, err)
+			}
+			if !sessionAlive(t, pid) {
+				t.Errorf("backend %d gone: the end cost a server session", pid)
+			}
+			s := p.TenantStat("a")
+			if got := s.IdleTimeouts + s.HoldTimeouts; got != 1 {
+				t.Errorf("TenantStat: %d idle and %d hold timeouts, want one", s.IdleTimeouts, s.HoldTimeouts)
+			}
+			assertNothingHeld(t, p)
+		})
+	}
+}
