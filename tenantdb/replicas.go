@@ -1,0 +1,377 @@
+package tenantdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenantdb/tenantdb/pool"
+)
+
+// Replicas are one server's read replicas (physical streaming standbys)
+// for NewServers, given with WithReplicas. A call whose context is marked
+// with ReadOnly runs on one of them, under the same tenant slot as every
+// other call of its tenant; one whose replicas are all down or behind
+// MaxLag runs on the primary, or fails, as Unavailable says.
+type Replicas struct {
+	// Configs are the templates of each replica's connections, as the
+	// server's own config is of the primary's; a replica's MaxConns is its
+	// own budget of connections, for all its databases. Required.
+	Configs []*pgxpool.Config
+	// MaxLag is how far behind the primary a replica may be and still
+	// serve reads: it must have replayed everything the primary had
+	// written MaxLag ago. Default 5s.
+	MaxLag time.Duration
+	// ProbeEvery is how often a background probe compares each replica's
+	// replayed WAL position with the primary's; it must be below MaxLag,
+	// which bounds each probe's queries too. Default MaxLag/5. The probe
+	// reads the primary's on a connection of the server's budget, and the
+	// replica's on one connection of its own, beyond the replica's MaxConns.
+	ProbeEvery time.Duration
+	// Unavailable is what a read-only call does when none of the server's
+	// replicas is usable: ReadPrimary (the default) runs it on the primary,
+	// FailRead fails it with ErrReplicaUnavailable.
+	Unavailable ReplicaFallback
+}
+
+// ReplicaFallback is what a read-only call does when no replica of its
+// server is usable (Replicas.Unavailable).
+type ReplicaFallback int
+
+const (
+	// ReadPrimary runs the call on the primary.
+	ReadPrimary ReplicaFallback = iota
+	// FailRead fails the call with ErrReplicaUnavailable, at once.
+	FailRead
+)
+
+// ErrReplicaUnavailable is matched by the error of a read-only call whose
+// server has replicas, none of them usable (down, behind Replicas.MaxLag, or
+// not probed yet), with Replicas.Unavailable FailRead. The call ran nowhere.
+var ErrReplicaUnavailable = errors.New("tenantdb: no replica available")
+
+// defaultMaxLag is Replicas.MaxLag's default.
+const defaultMaxLag = 5 * time.Second
+
+// readOnlyKey marks a read-only call's context.
+type readOnlyKey struct{}
+
+// ReadOnly returns ctx marked read-only: with NewServers, the calls made
+// with it run on a replica of their tenant's server (WithReplicas), if it
+// has a usable one. It is a routing mark, not a guard: PostgreSQL refuses
+// writes on a replica, but not on the primary a read falls back to. A
+// transaction begun with pgx.TxOptions{AccessMode: pgx.ReadOnly} is routed
+// the same way.
+func ReadOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readOnlyKey{}, true)
+}
+
+// IsReadOnly reports whether ctx is marked with ReadOnly.
+func IsReadOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(readOnlyKey{}).(bool)
+	return v
+}
+
+// ServersOption configures NewServers beyond its Config.
+type ServersOption func(*serversOptions)
+
+type serversOptions struct {
+	replicas map[string]Replicas
+}
+
+// WithReplicas gives server its read replicas.
+func WithReplicas(server string, r Replicas) ServersOption {
+	return func(o *serversOptions) {
+		if o.replicas == nil {
+			o.replicas = make(map[string]Replicas)
+		}
+		o.replicas[server] = r
+	}
+}
+
+// replicaSet is one server's replicas.
+type replicaSet struct {
+	list   []*replica
+	fail   bool          // Unavailable is FailRead
+	maxLag time.Duration // Replicas.MaxLag
+	every  time.Duration // Replicas.ProbeEvery
+	turn   atomic.Uint32 // the replica the next read tries first
+}
+
+// replica is one replica's connections and what its probe last found.
+type replica struct {
+	index int
+	dbs   *databases // its connections, in its own budget; dbs.server names it
+	set   *replicaSet
+
+	connCfg *pgx.ConnConfig // the user's config of its connections, for the probe's own
+	conn    *pgx.Conn       // the probe's connection, used by the probe's goroutine only; nil when closed
+
+	caughtUp atomic.Int64                 // unix ns: it had replayed all the primary had written then; 0 never
+	probeErr atomic.Pointer[probeFailure] // the last probe's failure, nil after a success
+	reads    atomic.Int64                 // read-only calls routed to it
+}
+
+// probeFailure is a replica probe's error.
+type probeFailure struct{ err error }
+
+// checkReplicas validates opts' replicas against servers and fills in the
+// defaults.
+func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config) error {
+	for name, r := range opts.replicas {
+		if servers[name] == nil {
+			return fmt.Errorf("tenantdb: %w: WithReplicas names server %q, which is not one of NewServers's", pool.ErrInvalidConfig, name)
+		}
+		if len(r.Configs) == 0 {
+			return fmt.Errorf("tenantdb: %w: server %q: WithReplicas needs at least one replica config", pool.ErrInvalidConfig, name)
+		}
+		for i, c := range r.Configs {
+			if c == nil || c.ConnConfig == nil {
+				return fmt.Errorf("tenantdb: %w: server %q: replica %d: build its pgxpool.Config with pgxpool.ParseConfig",
+					pool.ErrInvalidConfig, name, i)
+			}
+			if c.MinConns > 0 || c.MinIdleConns > 0 {
+				return fmt.Errorf("tenantdb: %w: server %q: replica %d: leave MinConns and MinIdleConns 0, as for the server",
+					pool.ErrInvalidConfig, name, i)
+			}
+		}
+		if r.MaxLag < 0 || r.ProbeEvery < 0 {
+			return fmt.Errorf("tenantdb: %w: server %q: MaxLag and ProbeEvery must not be negative", pool.ErrInvalidConfig, name)
+		}
+		if r.MaxLag == 0 {
+			r.MaxLag = defaultMaxLag
+		}
+		if r.ProbeEvery == 0 {
+			r.ProbeEvery = r.MaxLag / 5
+		}
+		if r.ProbeEvery >= r.MaxLag || r.ProbeEvery < time.Millisecond {
+			return fmt.Errorf("tenantdb: %w: server %q: ProbeEvery %v must be at least 1ms and below MaxLag %v",
+				pool.ErrInvalidConfig, name, r.ProbeEvery, r.MaxLag)
+		}
+		if r.Unavailable != ReadPrimary && r.Unavailable != FailRead {
+			return fmt.Errorf("tenantdb: %w: server %q: unknown Unavailable %d", pool.ErrInvalidConfig, name, r.Unavailable)
+		}
+		opts.replicas[name] = r
+	}
+	return nil
+}
+
+// newReplicaSet makes server's replicas' connections from r, their
+// sessions set up as the primary's.
+func (p *Pool) newReplicaSet(ctx context.Context, server string, r Replicas, cfg Config, idleTTL time.Duration) (*replicaSet, error) {
+	set := &replicaSet{fail: r.Unavailable == FailRead, maxLag: r.MaxLag, every: r.ProbeEvery}
+	for i, c := range r.Configs {
+		if err := validateSession(cfg.Session, c.ConnConfig.DefaultQueryExecMode); err != nil {
+			set.close()
+			return nil, fmt.Errorf("tenantdb: server %q: replica %d: %w", server, i, err)
+		}
+		pgxCfg, _ := p.session.template(c, cfg)
+		dbs := newDatabases(pgxCfg.Copy(), cfg, idleTTL)
+		dbs.server = fmt.Sprintf("%s/replica%d", server, i)
+		dbs.replicaOf = set
+		dbs.admin = &database{name: pgxCfg.ConnConfig.Database, d: dbs}
+		dbs.wrapTemplate(pgxCfg, dbs.admin)
+		pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
+		if err != nil {
+			set.close()
+			return nil, fmt.Errorf("tenantdb: server %q: replica %d: %w", server, i, err)
+		}
+		dbs.admin.pg = pg
+		set.list = append(set.list, &replica{index: i, dbs: dbs, set: set, connCfg: c.ConnConfig.Copy()})
+	}
+	return set, nil
+}
+
+// close closes every replica's connections.
+func (s *replicaSet) close() {
+	for _, r := range s.list {
+		r.dbs.close()
+	}
+}
+
+// useName returns the use of database name on one of the set's usable
+// replicas, taking them in turn, or ErrReplicaUnavailable saying why none
+// is.
+func (s *replicaSet) useName(name string) (*dbUse, error) {
+	now := time.Now().UnixNano()
+	first := int(s.turn.Add(1))
+	var why error
+	for i := range s.list {
+		r := s.list[(first+i)%len(s.list)]
+		if why = r.unusable(now); why != nil {
+			continue
+		}
+		u, err := r.dbs.useName(name)
+		if err != nil {
+			why = err
+			continue
+		}
+		r.reads.Add(1)
+		return u, nil
+	}
+	return nil, fmt.Errorf("%w: %w", ErrReplicaUnavailable, why)
+}
+
+// unusable says why r may not serve a read at now (unix ns), or returns nil.
+func (r *replica) unusable(now int64) error {
+	if d := r.dbs.down.Load(); d != nil {
+		return fmt.Errorf("%s is down: %w", r.dbs.server, d.err)
+	}
+	if f := r.probeErr.Load(); f != nil {
+		return fmt.Errorf("%s: %w", r.dbs.server, f.err)
+	}
+	at := r.caughtUp.Load()
+	if at == 0 {
+		return fmt.Errorf("%s has not been probed yet", r.dbs.server)
+	}
+	if lag := time.Duration(now - at); lag > r.set.maxLag {
+		return fmt.Errorf("%s is %v behind the primary, over MaxLag %v", r.dbs.server, lag.Round(time.Millisecond), r.set.maxLag)
+	}
+	return nil
+}
+
+// lag is how far behind the primary r was at its last probes, as of now: the
+// time since it had replayed everything the primary had written; -1 when it
+// never had.
+func (r *replica) lag() time.Duration {
+	at := r.caughtUp.Load()
+	if at == 0 {
+		return -1
+	}
+	return time.Since(time.Unix(0, at))
+}
+
+// lsnSample is the primary's WAL position at a time.
+type lsnSample struct {
+	at  int64 // unix ns, before the primary was asked
+	lsn uint64
+}
+
+// probe compares r's replayed WAL position with primary's every
+// ProbeEvery until ctx ends (Close): r has caught up to the newest sample
+// of the primary's position that it has replayed. Each probe's queries end
+// within MaxLag, and ctx's end ends one in flight.
+func (p *Pool) probe(ctx context.Context, r *replica, primary *databases) {
+	defer p.swept.Done()
+	defer r.closeProbeConn()
+	samples := make([]lsnSample, 0, int(r.set.maxLag/r.set.every)+2)
+	tick := time.NewTicker(r.set.every)
+	defer tick.Stop()
+	for {
+		samples = p.probeOnce(ctx, r, primary, samples)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// probeOnce is one probe of r: it reads the primary's position, then r's,
+// and returns the samples kept for the next.
+func (p *Pool) probeOnce(ctx context.Context, r *replica, primary *databases, samples []lsnSample) []lsnSample {
+	ctx, cancel := context.WithTimeout(ctx, r.set.maxLag)
+	defer cancel()
+	at := time.Now().UnixNano()
+	if lsn, err := p.primaryLSN(ctx, primary); err == nil {
+		if len(samples) == cap(samples) {
+			samples = append(samples[:0], samples[1:]...)
+		}
+		samples = append(samples, lsnSample{at: at, lsn: lsn})
+	} // else: r is judged by the samples it has, and falls behind
+	replayed, err := r.replayed(ctx)
+	if err != nil {
+		r.closeProbeConn()
+		r.probeErr.Store(&probeFailure{err: fmt.Errorf("probe: %w", err)})
+		return samples
+	}
+	r.probeErr.Store(nil)
+	for i := len(samples) - 1; i >= 0; i-- {
+		if samples[i].lsn <= replayed {
+			if samples[i].at > r.caughtUp.Load() {
+				r.caughtUp.Store(samples[i].at)
+			}
+			return samples[i:] // older ones say nothing new
+		}
+	}
+	return samples
+}
+
+// primaryLSN reads the primary's WAL position on a connection of its own
+// database's pool (in its budget), on no tenant's behalf.
+func (p *Pool) primaryLSN(ctx context.Context, primary *databases) (uint64, error) {
+	c, err := p.session.acquire(withoutTenant(ctx), primary.admin.pg)
+	if err != nil {
+		return 0, err
+	}
+	defer p.session.release(c, nil)
+	var lsn int64
+	err = c.QueryRow(ctx, "select (pg_current_wal_lsn() - '0/0')::int8").Scan(&lsn)
+	return uint64(lsn), err
+}
+
+// replayed reads r's replayed WAL position on the probe's own connection,
+// opened if need be.
+func (r *replica) replayed(ctx context.Context) (uint64, error) {
+	if r.conn == nil {
+		c, err := pgx.ConnectConfig(ctx, r.connCfg)
+		if err != nil {
+			return 0, err
+		}
+		r.conn = c
+	}
+	var lsn *int64
+	err := r.conn.QueryRow(ctx, "select case when pg_is_in_recovery() then (pg_last_wal_replay_lsn() - '0/0')::int8 end").Scan(&lsn)
+	switch {
+	case err != nil:
+		return 0, err
+	case lsn == nil:
+		return 0, errors.New("not in recovery (promoted?), so not a replica of the primary")
+	}
+	return uint64(*lsn), nil
+}
+
+// closeProbeConn closes the probe's connection, if it has one.
+func (r *replica) closeProbeConn() {
+	if r.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = r.conn.Close(ctx)
+	r.conn = nil
+}
+
+// ReplicaStat is one replica's connections and state.
+type ReplicaStat struct {
+	// Replica is its index in Replicas.Configs; Name is how errors name it
+	// ("eu1/replica0").
+	Replica int
+	Name    string
+	// DatabasesStat is its budget (its config's MaxConns) and connections.
+	DatabasesStat
+	// Lag is how far behind the primary it was, as of the stat, to within
+	// ProbeEvery; -1 before it was first seen caught up.
+	Lag time.Duration
+	// Usable is whether it takes reads now; Why says why not.
+	Usable bool
+	Why    string
+	// Reads counts the read-only calls routed to it.
+	Reads int64
+}
+
+// stat returns r's ReplicaStat.
+func (r *replica) stat() ReplicaStat {
+	s := ReplicaStat{Replica: r.index, Name: r.dbs.server, DatabasesStat: r.dbs.stat(), Lag: r.lag(), Reads: r.reads.Load()}
+	if why := r.unusable(time.Now().UnixNano()); why != nil {
+		s.Why = why.Error()
+	} else {
+		s.Usable = true
+	}
+	return s
+}
