@@ -291,6 +291,7 @@ func (p *Pool) probeOnce(ctx context.Context, r *replica, primary *databases, sa
 		return samples
 	}
 	r.probeErr.Store(nil)
+	r.dbs.up() // a call's failed connect marked it down; it answers again
 	for i := len(samples) - 1; i >= 0; i-- {
 		if samples[i].lsn <= replayed {
 			if samples[i].at > r.caughtUp.Load() {

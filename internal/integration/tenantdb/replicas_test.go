@@ -120,7 +120,8 @@ func TestReplicas(t *testing.T) {
 	t.Run("Lag", rp.testLag)
 	t.Run("CloseEndsAHungProbe", rp.testCloseHungProbe)
 	t.Run("Program", rp.testProgram)
-	t.Run("ReplicaStopped", rp.testStopped) // last: it stops the replica and starts it again
+	t.Run("ReplicaStopped", rp.testStopped)                // it stops the replica and starts it again
+	t.Run("ConnectFailsOnTheReplica", rp.testConnectFails) // the same
 }
 
 // testReadsOnReplica sends a tenant's calls through every method: those
@@ -425,5 +426,65 @@ func (rp *replicaPair) testProgram(t *testing.T) {
 	want := "read-only call ran on a replica\nother call ran on the primary\neu1/replica0: 1 read, budget 10"
 	if got := strings.TrimSpace(string(out)); got != want {
 		t.Fatalf("the program printed:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// testConnectFails stops the replica between two probes (ProbeEvery 10s),
+// with no connection open to it: a read's connect to it fails, marks it
+// down, and the read runs on the primary (ReadPrimary) or fails
+// (FailRead); the next reads do not dial it; started again, the probe
+// makes it usable.
+func (rp *replicaPair) testConnectFails(t *testing.T) {
+	r := tenantdb.Replicas{MaxLag: time.Minute, ProbeEvery: 10 * time.Second}
+	fallback := rp.pool(t, 4, 4, tenantdb.Config{}, r)
+	r.Unavailable = tenantdb.FailRead
+	failing := rp.pool(t, 4, 4, tenantdb.Config{}, r)
+	waitUsable(t, fallback, true, "the replica is probed caught up")
+	waitUsable(t, failing, true, "the replica is probed caught up")
+	if err := rp.replica.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := tenantdb.ReadOnly(tenantdb.WithTenant(context.Background(), "acme"))
+	for _, p := range []*tenantdb.Pool{fallback, failing} {
+		if s := replicaStat(p); !s.Usable {
+			t.Fatalf("the probe saw the stopped replica before a read could (%s): the test needs a read to", s.Why)
+		}
+	}
+	dials := rp.dials.Load()
+	var server string
+	if err := fallback.QueryRow(ctx, whereSQL).Scan(&server, new(bool)); err != nil || server != "primary" {
+		t.Errorf("a read whose connect to the replica failed, ReadPrimary: ran on %q (%v), want the primary", server, err)
+	}
+	err := failing.QueryRow(ctx, whereSQL).Scan(&server, new(bool))
+	if !errors.Is(err, tenantdb.ErrReplicaUnavailable) {
+		t.Errorf("a read whose connect to the replica failed, FailRead: %v, want ErrReplicaUnavailable", err)
+	}
+	if d := rp.dials.Load() - dials; d != 2 {
+		t.Errorf("the two reads connected to the replica %d times, want once each", d)
+	}
+	for _, p := range []*tenantdb.Pool{fallback, failing} {
+		if s := replicaStat(p); s.Usable || !strings.Contains(s.Why, "is down") {
+			t.Errorf("stat after the failed connect %+v: want it down", s)
+		}
+	}
+	dials = rp.dials.Load()
+	for range 10 {
+		if err := fallback.QueryRow(ctx, whereSQL).Scan(&server, new(bool)); err != nil || server != "primary" {
+			t.Fatalf("a read with the replica known down, ReadPrimary: ran on %q (%v)", server, err)
+		}
+		if err := failing.QueryRow(ctx, whereSQL).Scan(&server, new(bool)); !errors.Is(err, tenantdb.ErrReplicaUnavailable) {
+			t.Fatalf("a read with the replica known down, FailRead: %v", err)
+		}
+	}
+	if d := rp.dials.Load() - dials; d != 0 {
+		t.Errorf("20 reads with the replica known down connected to it %d times, want 0", d)
+	}
+	if err := rp.replica.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUsable(t, fallback, true, "the probe finds the replica started again")
+	waitUsable(t, failing, true, "the probe finds the replica started again")
+	if err := fallback.QueryRow(ctx, whereSQL).Scan(&server, new(bool)); err != nil || server != "replica" {
+		t.Errorf("a read with the replica back: ran on %q (%v), want the replica", server, err)
 	}
 }
