@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("Lag", rp.testLag)
 	t.Run("CloseEndsAHungProbe", rp.testCloseHungProbe)
 	t.Run("Program", rp.testProgram)
+	t.Run("SizingChecksTheReplica", rp.testSizing)
 	t.Run("ReplicaStopped", rp.testStopped)                // it stops the replica and starts it again
 	t.Run("ConnectFailsOnTheReplica", rp.testConnectFails) // the same
 }
@@ -486,5 +488,26 @@ func (rp *replicaPair) testConnectFails(t *testing.T) {
 	waitUsable(t, failing, true, "the probe finds the replica started again")
 	if err := fallback.QueryRow(ctx, whereSQL).Scan(&server, new(bool)); err != nil || server != "replica" {
 		t.Errorf("a read with the replica back: ran on %q (%v), want the replica", server, err)
+	}
+}
+
+// testSizing checks that CheckServers checks the replica against its own
+// max_connections, with its budget and its probe's connection per process.
+func (rp *replicaPair) testSizing(t *testing.T) {
+	p := rp.pool(t, 4, 6, tenantdb.Config{}, tenantdb.Replicas{})
+	got, err := p.CheckServers(context.Background(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxConns := tenantdbtest.DefaultMaxConnections - 3 // less superuser_reserved_connections
+	want := []tenantdb.ServerSizing{
+		{Server: "s0", MaxConnections: maxConns, Processes: 3, Demand: 12},
+		{Server: "s0/replica0", MaxConnections: maxConns, Processes: 3, Demand: 21},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("CheckServers: %+v, want %+v", got, want)
+	}
+	if _, err := rp.onReplica.Exec(context.Background(), "select 1"); err != nil { // the admin connection stays usable
+		t.Fatal(err)
 	}
 }
