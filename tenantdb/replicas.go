@@ -37,6 +37,9 @@ type Replicas struct {
 	// replicas is usable: ReadPrimary (the default) runs it on the primary,
 	// FailRead fails it with ErrReplicaUnavailable.
 	Unavailable ReplicaFallback
+	// Classes names workload classes (Config.Classes, WithClass) whose
+	// calls are read-only, as if marked with ReadOnly. Default none.
+	Classes []string
 }
 
 // ReplicaFallback is what a read-only call does when no replica of its
@@ -63,7 +66,7 @@ type readOnlyKey struct{}
 
 // ReadOnly returns ctx marked read-only: with NewServers, the calls made
 // with it run on a replica of their tenant's server (WithReplicas), if it
-// has a usable one. It is a routing mark, not a guard: PostgreSQL refuses
+// has a usable one; without replicas the mark does nothing. It is a routing mark, not a guard: PostgreSQL refuses
 // writes on a replica, but not on the primary a read falls back to. A
 // transaction begun with pgx.TxOptions{AccessMode: pgx.ReadOnly} is routed
 // the same way.
@@ -101,6 +104,21 @@ type replicaSet struct {
 	maxLag time.Duration // Replicas.MaxLag
 	every  time.Duration // Replicas.ProbeEvery
 	turn   atomic.Uint32 // the replica the next read tries first
+
+	classes map[string]bool // Replicas.Classes; nil without
+}
+
+// reads reports whether the call of ctx is read-only: marked with ReadOnly,
+// or of one of Replicas.Classes.
+func (s *replicaSet) reads(ctx context.Context) bool {
+	if IsReadOnly(ctx) {
+		return true
+	}
+	if s.classes == nil {
+		return false
+	}
+	class, _ := pool.ClassFrom(ctx)
+	return s.classes[class]
 }
 
 // replica is one replica's connections and what its probe last found.
@@ -120,10 +138,16 @@ type replica struct {
 // probeFailure is a replica probe's error.
 type probeFailure struct{ err error }
 
-// checkReplicas validates opts' replicas against servers and fills in the
-// defaults.
-func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config) error {
+// checkReplicas validates opts' replicas against servers and cfg's
+// classes, and fills in the defaults.
+func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config, cfg Config) error {
 	for name, r := range opts.replicas {
+		for _, class := range r.Classes {
+			if _, ok := cfg.Classes[class]; !ok {
+				return fmt.Errorf("tenantdb: %w: server %q: Replicas.Classes names %q, which is not one of Config.Classes",
+					pool.ErrInvalidConfig, name, class)
+			}
+		}
 		if servers[name] == nil {
 			return fmt.Errorf("tenantdb: %w: WithReplicas names server %q, which is not one of NewServers's", pool.ErrInvalidConfig, name)
 		}
@@ -165,6 +189,12 @@ func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config) err
 // sessions set up as the primary's.
 func (p *Pool) newReplicaSet(ctx context.Context, server string, r Replicas, cfg Config, idleTTL time.Duration) (*replicaSet, error) {
 	set := &replicaSet{fail: r.Unavailable == FailRead, maxLag: r.MaxLag, every: r.ProbeEvery}
+	if len(r.Classes) > 0 {
+		set.classes = make(map[string]bool, len(r.Classes))
+		for _, c := range r.Classes {
+			set.classes[c] = true
+		}
+	}
 	for i, c := range r.Configs {
 		if err := validateSession(cfg.Session, c.ConnConfig.DefaultQueryExecMode); err != nil {
 			set.close()

@@ -43,6 +43,7 @@ func TestWithReplicasRejectsBadConfigs(t *testing.T) {
 		"negative MaxLag":     {"s0", tenantdb.Replicas{Configs: []*pgxpool.Config{cfgOf(2)}, MaxLag: -1}},
 		"probe not below lag": {"s0", tenantdb.Replicas{Configs: []*pgxpool.Config{cfgOf(2)}, MaxLag: time.Second, ProbeEvery: time.Second}},
 		"unknown fallback":    {"s0", tenantdb.Replicas{Configs: []*pgxpool.Config{cfgOf(2)}, Unavailable: 7}},
+		"unknown class":       {"s0", tenantdb.Replicas{Configs: []*pgxpool.Config{cfgOf(2)}, Classes: []string{"reports"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := tenantdb.NewServers(context.Background(), map[string]*pgxpool.Config{"s0": cfgOf(4)}, tenantdb.Config{

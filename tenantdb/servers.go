@@ -50,7 +50,7 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := checkReplicas(&o, servers); err != nil {
+	if err := checkReplicas(&o, servers, cfg); err != nil {
 		return nil, err
 	}
 	names := slices.Sorted(mapKeys(servers))
@@ -152,7 +152,7 @@ func (p *Pool) use(ctx context.Context, permit pool.Permit) (*dbUse, error) {
 			return nil, err
 		}
 	}
-	if d.replicas != nil && IsReadOnly(ctx) {
+	if d.replicas != nil && d.replicas.reads(ctx) {
 		u, err := d.replicas.useName(name)
 		if err == nil || d.replicas.fail {
 			return u, err

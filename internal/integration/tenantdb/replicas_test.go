@@ -20,6 +20,7 @@ import (
 	"github.com/tenantdb/tenantdb/internal/doctest"
 	"github.com/tenantdb/tenantdb/tenantdb"
 	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
 )
 
 // replicaPair is a primary and its streaming replica, each naming itself
@@ -117,6 +118,7 @@ func TestReplicas(t *testing.T) {
 	rp := startReplicaPair(t)
 	t.Run("ReadsOnTheReplica", rp.testReadsOnReplica)
 	t.Run("SessionOnTheReplica", rp.testSession)
+	t.Run("ClassAndDatabaseSQL", rp.testClassAndSQL)
 	t.Run("CapsCoverReadsAndWrites", rp.testCaps)
 	t.Run("Lag", rp.testLag)
 	t.Run("CloseEndsAHungProbe", rp.testCloseHungProbe)
@@ -509,5 +511,41 @@ func (rp *replicaPair) testSizing(t *testing.T) {
 	}
 	if _, err := rp.onReplica.Exec(context.Background(), "select 1"); err != nil { // the admin connection stays usable
 		t.Fatal(err)
+	}
+}
+
+// testClassAndSQL checks the two other ways to a replica: a class named in
+// Replicas.Classes, and database/sql (tenantsql) with a ReadOnly context.
+func (rp *replicaPair) testClassAndSQL(t *testing.T) {
+	p := rp.pool(t, 4, 4, tenantdb.Config{Classes: map[string]tenantdb.Class{"reports": {MaxConns: 1}, "batch": {MaxConns: 1}}},
+		tenantdb.Replicas{MaxLag: 2 * time.Second, ProbeEvery: 50 * time.Millisecond, Classes: []string{"reports"}})
+	waitUsable(t, p, true, "the replica is probed caught up")
+	ctx := tenantdb.WithTenant(context.Background(), "acme")
+	db := tenantsql.OpenDB(p)
+	defer db.Close()
+	for _, c := range []struct {
+		what, want string
+		run        func() (string, error)
+	}{
+		{"class reports", "replica", func() (server string, err error) {
+			err = p.QueryRow(tenantdb.WithClass(ctx, "reports"), "select current_setting('cluster_name')").Scan(&server)
+			return
+		}},
+		{"class batch", "primary", func() (server string, err error) {
+			err = p.QueryRow(tenantdb.WithClass(ctx, "batch"), "select current_setting('cluster_name')").Scan(&server)
+			return
+		}},
+		{"database/sql, ReadOnly", "replica", func() (server string, err error) {
+			err = db.QueryRowContext(tenantdb.ReadOnly(ctx), "select current_setting('cluster_name')").Scan(&server)
+			return
+		}},
+		{"database/sql, unmarked", "primary", func() (server string, err error) {
+			err = db.QueryRowContext(ctx, "select current_setting('cluster_name')").Scan(&server)
+			return
+		}},
+	} {
+		if server, err := c.run(); err != nil || server != c.want {
+			t.Errorf("%s: ran on %q (%v), want the %s", c.what, server, err, c.want)
+		}
 	}
 }
