@@ -29,9 +29,9 @@ type Replicas struct {
 	MaxLag time.Duration
 	// ProbeEvery is how often a background probe compares each replica's
 	// replayed WAL position with the primary's; it must be below MaxLag,
-	// which bounds each probe's queries too. Default MaxLag/5. The probe
-	// reads the primary's on a connection of the server's budget, and the
-	// replica's on one connection of its own, beyond the replica's MaxConns.
+	// which bounds each probe's queries too. Default MaxLag/5. Each
+	// replica's probe has a connection of its own to the replica and one to
+	// the primary, beyond their budgets, so that it never waits for calls.
 	ProbeEvery time.Duration
 	// Unavailable is what a read-only call does when none of the server's
 	// replicas is usable: ReadPrimary (the default) runs it on the primary,
@@ -127,12 +127,14 @@ type replica struct {
 	dbs   *databases // its connections, in its own budget; dbs.server names it
 	set   *replicaSet
 
-	connCfg *pgx.ConnConfig // the user's config of its connections, for the probe's own
-	conn    *pgx.Conn       // the probe's connection, used by the probe's goroutine only; nil when closed
+	// The probe's own connections, to the replica and to the primary, from
+	// the users' configs; used by the probe's goroutine only.
+	onReplica, onPrimary probeConn
 
 	caughtUp atomic.Int64                 // unix ns: it had replayed all the primary had written then; 0 never
 	probeErr atomic.Pointer[probeFailure] // the last probe's failure, nil after a success
 	reads    atomic.Int64                 // read-only calls routed to it
+	probes   atomic.Int64                 // probes that read its position
 }
 
 // probeFailure is a replica probe's error.
@@ -187,7 +189,8 @@ func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config, cfg
 
 // newReplicaSet makes server's replicas' connections from r, their
 // sessions set up as the primary's.
-func (p *Pool) newReplicaSet(ctx context.Context, server string, r Replicas, cfg Config, idleTTL time.Duration) (*replicaSet, error) {
+func (p *Pool) newReplicaSet(ctx context.Context, server string, primary *pgxpool.Config, r Replicas, cfg Config,
+	idleTTL time.Duration) (*replicaSet, error) {
 	set := &replicaSet{fail: r.Unavailable == FailRead, maxLag: r.MaxLag, every: r.ProbeEvery}
 	if len(r.Classes) > 0 {
 		set.classes = make(map[string]bool, len(r.Classes))
@@ -212,7 +215,8 @@ func (p *Pool) newReplicaSet(ctx context.Context, server string, r Replicas, cfg
 			return nil, fmt.Errorf("tenantdb: server %q: replica %d: %w", server, i, err)
 		}
 		dbs.admin.pg = pg
-		set.list = append(set.list, &replica{index: i, dbs: dbs, set: set, connCfg: c.ConnConfig.Copy()})
+		set.list = append(set.list, &replica{index: i, dbs: dbs, set: set,
+			onReplica: probeConn{cfg: c.ConnConfig.Copy()}, onPrimary: probeConn{cfg: primary.ConnConfig.Copy()}})
 	}
 	return set, nil
 }
@@ -282,18 +286,19 @@ type lsnSample struct {
 	lsn uint64
 }
 
-// probe compares r's replayed WAL position with primary's every
+// probe compares r's replayed WAL position with the primary's every
 // ProbeEvery until ctx ends (Close): r has caught up to the newest sample
 // of the primary's position that it has replayed. Each probe's queries end
 // within MaxLag, and ctx's end ends one in flight.
-func (p *Pool) probe(ctx context.Context, r *replica, primary *databases) {
+func (p *Pool) probe(ctx context.Context, r *replica) {
 	defer p.swept.Done()
-	defer r.closeProbeConn()
+	defer r.onReplica.close()
+	defer r.onPrimary.close()
 	samples := make([]lsnSample, 0, int(r.set.maxLag/r.set.every)+2)
 	tick := time.NewTicker(r.set.every)
 	defer tick.Stop()
 	for {
-		samples = p.probeOnce(ctx, r, primary, samples)
+		samples = r.probeOnce(ctx, samples)
 		select {
 		case <-ctx.Done():
 			return
@@ -304,26 +309,29 @@ func (p *Pool) probe(ctx context.Context, r *replica, primary *databases) {
 
 // probeOnce is one probe of r: it reads the primary's position, then r's,
 // and returns the samples kept for the next.
-func (p *Pool) probeOnce(ctx context.Context, r *replica, primary *databases, samples []lsnSample) []lsnSample {
+func (r *replica) probeOnce(ctx context.Context, samples []lsnSample) []lsnSample {
 	ctx, cancel := context.WithTimeout(ctx, r.set.maxLag)
 	defer cancel()
 	at := time.Now().UnixNano()
-	if lsn, err := p.primaryLSN(ctx, primary); err == nil {
+	if lsn, err := r.onPrimary.lsn(ctx, "select (pg_current_wal_lsn() - '0/0')::int8"); err == nil && lsn != nil {
 		if len(samples) == cap(samples) {
 			samples = append(samples[:0], samples[1:]...)
 		}
-		samples = append(samples, lsnSample{at: at, lsn: lsn})
+		samples = append(samples, lsnSample{at: at, lsn: uint64(*lsn)})
 	} // else: r is judged by the samples it has, and falls behind
-	replayed, err := r.replayed(ctx)
+	replayed, err := r.onReplica.lsn(ctx, "select case when pg_is_in_recovery() then (pg_last_wal_replay_lsn() - '0/0')::int8 end")
+	if err == nil && replayed == nil {
+		err = errors.New("not in recovery (promoted?), so not a replica of the primary")
+	}
 	if err != nil {
-		r.closeProbeConn()
 		r.probeErr.Store(&probeFailure{err: fmt.Errorf("probe: %w", err)})
 		return samples
 	}
 	r.probeErr.Store(nil)
+	r.probes.Add(1)
 	r.dbs.up() // a call's failed connect marked it down; it answers again
 	for i := len(samples) - 1; i >= 0; i-- {
-		if samples[i].lsn <= replayed {
+		if samples[i].lsn <= uint64(*replayed) {
 			if samples[i].at > r.caughtUp.Load() {
 				r.caughtUp.Store(samples[i].at)
 			}
@@ -333,49 +341,41 @@ func (p *Pool) probeOnce(ctx context.Context, r *replica, primary *databases, sa
 	return samples
 }
 
-// primaryLSN reads the primary's WAL position on a connection of its own
-// database's pool (in its budget), on no tenant's behalf.
-func (p *Pool) primaryLSN(ctx context.Context, primary *databases) (uint64, error) {
-	c, err := p.session.acquire(withoutTenant(ctx), primary.admin.pg)
-	if err != nil {
-		return 0, err
-	}
-	defer p.session.release(c, nil)
-	var lsn int64
-	err = c.QueryRow(ctx, "select (pg_current_wal_lsn() - '0/0')::int8").Scan(&lsn)
-	return uint64(lsn), err
+// probeConn is a probe's own connection to a server, outside the Pool's
+// pgxpools and budgets, so that the probe never waits for the calls'
+// connections.
+type probeConn struct {
+	cfg  *pgx.ConnConfig
+	conn *pgx.Conn // nil until opened, and after a failure
 }
 
-// replayed reads r's replayed WAL position on the probe's own connection,
-// opened if need be.
-func (r *replica) replayed(ctx context.Context) (uint64, error) {
-	if r.conn == nil {
-		c, err := pgx.ConnectConfig(ctx, r.connCfg)
+// lsn runs sql, a query of one WAL position as int8 (or null), within ctx,
+// connecting first if need be; a failure closes the connection.
+func (c *probeConn) lsn(ctx context.Context, sql string) (*int64, error) {
+	if c.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, c.cfg)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		r.conn = c
+		c.conn = conn
 	}
-	var lsn *int64
-	err := r.conn.QueryRow(ctx, "select case when pg_is_in_recovery() then (pg_last_wal_replay_lsn() - '0/0')::int8 end").Scan(&lsn)
-	switch {
-	case err != nil:
-		return 0, err
-	case lsn == nil:
-		return 0, errors.New("not in recovery (promoted?), so not a replica of the primary")
+	var v *int64
+	if err := c.conn.QueryRow(ctx, sql).Scan(&v); err != nil {
+		c.close()
+		return nil, err
 	}
-	return uint64(*lsn), nil
+	return v, nil
 }
 
-// closeProbeConn closes the probe's connection, if it has one.
-func (r *replica) closeProbeConn() {
-	if r.conn == nil {
+// close closes the connection, if open.
+func (c *probeConn) close() {
+	if c.conn == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = r.conn.Close(ctx)
-	r.conn = nil
+	_ = c.conn.Close(ctx)
+	c.conn = nil
 }
 
 // ReplicaStat is one replica's connections and state.
@@ -392,13 +392,15 @@ type ReplicaStat struct {
 	// Usable is whether it takes reads now; Why says why not.
 	Usable bool
 	Why    string
-	// Reads counts the read-only calls routed to it.
-	Reads int64
+	// Reads counts the read-only calls routed to it; Probes the probes
+	// that read its position.
+	Reads, Probes int64
 }
 
 // stat returns r's ReplicaStat.
 func (r *replica) stat() ReplicaStat {
-	s := ReplicaStat{Replica: r.index, Name: r.dbs.server, DatabasesStat: r.dbs.stat(), Lag: r.lag(), Reads: r.reads.Load()}
+	s := ReplicaStat{Replica: r.index, Name: r.dbs.server, DatabasesStat: r.dbs.stat(), Lag: r.lag(), Reads: r.reads.Load(),
+		Probes: r.probes.Load()}
 	if why := r.unusable(time.Now().UnixNano()); why != nil {
 		s.Why = why.Error()
 	} else {

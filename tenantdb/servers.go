@@ -95,7 +95,7 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 		if err == nil {
 			dbs.admin.pg = pg
 			if r, ok := o.replicas[name]; ok {
-				if dbs.replicas, err = p.newReplicaSet(ctx, name, r, cfg, idleTTL); err != nil {
+				if dbs.replicas, err = p.newReplicaSet(ctx, name, servers[name], r, cfg, idleTTL); err != nil {
 					dbs.close()
 				}
 			}
@@ -121,7 +121,7 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 		if set := p.servers[name].replicas; set != nil {
 			for _, r := range set.list {
 				p.swept.Add(1)
-				go p.probe(probing, r, p.servers[name])
+				go p.probe(probing, r)
 			}
 		}
 	}

@@ -177,7 +177,8 @@ type ServerSizing struct {
 	MaxConnections int
 	// Processes is how many processes were said to run this pool;
 	// Demand is Processes × MaxConns (× the server's budget, with
-	// NewServers; × a replica's budget plus one, its probe's).
+	// NewServers, plus one per replica of the server; × a replica's
+	// budget plus one: its probe's connections).
 	Processes, Demand int
 	// BehindPooler reports that the connection reached the server through
 	// a pooler or proxy (the server's process ID differs from the one the
@@ -239,9 +240,10 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, er
 }
 
 // CheckServers is CheckServer for every server of a Pool made by
-// NewServers, by name, each against its own budget, each followed by its
-// replicas (WithReplicas; Server "eu1/replica0"), each against its budget
-// plus its probe's connection; for a Pool made by New, CheckServer's one. It stops at the first server that fails to answer,
+// NewServers, by name, each against its own budget (plus one connection per
+// replica, its probe's), each followed by its replicas (WithReplicas;
+// Server "eu1/replica0"), each against its budget plus its probe's
+// connection; for a Pool made by New, CheckServer's one. It stops at the first server that fails to answer,
 // with what it found so far.
 func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing, error) {
 	if p.servers == nil {
@@ -254,7 +256,11 @@ func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing,
 	var out []ServerSizing
 	for _, name := range p.Servers() {
 		d := p.servers[name]
-		s, err := p.checkServer(ctx, d.admin.pg, name, processes, d.budget.max)
+		budget := d.budget.max
+		if d.replicas != nil {
+			budget += len(d.replicas.list) // each replica's probe reads the primary on a connection of its own
+		}
+		s, err := p.checkServer(ctx, d.admin.pg, name, processes, budget)
 		if err != nil {
 			return out, err
 		}

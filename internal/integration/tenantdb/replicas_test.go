@@ -120,6 +120,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("SessionOnTheReplica", rp.testSession)
 	t.Run("ClassAndDatabaseSQL", rp.testClassAndSQL)
 	t.Run("CapsCoverReadsAndWrites", rp.testCaps)
+	t.Run("ProbeWhileTheBudgetIsFull", rp.testProbeBudgetFull)
 	t.Run("Lag", rp.testLag)
 	t.Run("CloseEndsAHungProbe", rp.testCloseHungProbe)
 	t.Run("Program", rp.testProgram)
@@ -494,7 +495,8 @@ func (rp *replicaPair) testConnectFails(t *testing.T) {
 }
 
 // testSizing checks that CheckServers checks the replica against its own
-// max_connections, with its budget and its probe's connection per process.
+// max_connections, with its budget and its probe's connection per process,
+// and the primary with its budget and the probe's connection to it.
 func (rp *replicaPair) testSizing(t *testing.T) {
 	p := rp.pool(t, 4, 6, tenantdb.Config{}, tenantdb.Replicas{})
 	got, err := p.CheckServers(context.Background(), 3)
@@ -503,7 +505,7 @@ func (rp *replicaPair) testSizing(t *testing.T) {
 	}
 	maxConns := tenantdbtest.DefaultMaxConnections - 3 // less superuser_reserved_connections
 	want := []tenantdb.ServerSizing{
-		{Server: "s0", MaxConnections: maxConns, Processes: 3, Demand: 12},
+		{Server: "s0", MaxConnections: maxConns, Processes: 3, Demand: 15},
 		{Server: "s0/replica0", MaxConnections: maxConns, Processes: 3, Demand: 21},
 	}
 	if !slices.Equal(got, want) {
@@ -547,5 +549,38 @@ func (rp *replicaPair) testClassAndSQL(t *testing.T) {
 		if server, err := c.run(); err != nil || server != c.want {
 			t.Errorf("%s: ran on %q (%v), want the %s", c.what, server, err, c.want)
 		}
+	}
+}
+
+// testProbeBudgetFull holds the primary's whole budget with two long
+// statements: the probe goes on comparing positions (20 probes), and the
+// replica stays within MaxLag.
+func (rp *replicaPair) testProbeBudgetFull(t *testing.T) {
+	const maxLag = 500 * time.Millisecond
+	p := rp.pool(t, 2, 2, tenantdb.Config{}, tenantdb.Replicas{MaxLag: maxLag, ProbeEvery: 50 * time.Millisecond})
+	waitUsable(t, p, true, "the replica is probed caught up")
+	ctx, cancel := context.WithCancel(tenantdb.WithTenant(context.Background(), "acme"))
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 2 { // the budget, and the plan's cap
+		wg.Go(func() { _, _ = p.Exec(ctx, "select pg_sleep(60) /* budget */") })
+	}
+	tenantdbtest.Eventually(t, time.Minute, "the two statements hold the primary's budget", func() bool {
+		var n int
+		err := rp.onPrimary.QueryRow(context.Background(), "select count(*) from pg_stat_activity "+
+			"where application_name = $1 and query like '%budget%' and state = 'active'", replicaApp).Scan(&n)
+		return err == nil && n == 2
+	})
+	from := replicaStat(p).Probes
+	most := time.Duration(0)
+	tenantdbtest.Eventually(t, time.Minute, "20 probes", func() bool {
+		s := replicaStat(p)
+		most = max(most, s.Lag)
+		return s.Probes >= from+20
+	})
+	if s := replicaStat(p); !s.Usable || most > maxLag {
+		t.Errorf("with the primary's budget held: replica %+v, most lag seen %v: want it usable within MaxLag %v", s, most, maxLag)
 	}
 }
