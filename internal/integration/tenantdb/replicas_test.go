@@ -48,8 +48,10 @@ func startReplicaPair(t *testing.T) *replicaPair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rp.onPrimary.Close(context.Background()) })
-	if _, err := rp.onPrimary.Exec(ctx, "create table seen (tenant text)"); err != nil {
-		t.Fatal(err)
+	for _, sql := range []string{"create table seen (tenant text)", "create database app"} {
+		if _, err := rp.onPrimary.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rp.replica = tenantdbtest.StartReplica(t, rp.primary, tenantdbtest.WithSetting("cluster_name", "replica"))
 	if rp.onReplica, err = pgx.Connect(ctx, rp.replica.DSN); err != nil {
@@ -91,8 +93,10 @@ func (rp *replicaPair) unclosedPool(t *testing.T, budget, replicaBudget int32, c
 	if cfg.Plans == nil {
 		cfg.Plans = map[string]tenantdb.Plan{"p": {MaxConns: 2}}
 	}
-	cfg.Placement = func(context.Context, string) (tenantdb.Placement, error) {
-		return tenantdb.Placement{Server: "s0"}, nil
+	if cfg.Placement == nil {
+		cfg.Placement = func(context.Context, string) (tenantdb.Placement, error) {
+			return tenantdb.Placement{Server: "s0"}, nil
+		}
 	}
 	p, err := tenantdb.NewServers(context.Background(), map[string]*pgxpool.Config{"s0": primary}, cfg,
 		tenantdb.WithReplicas("s0", r))
@@ -183,6 +187,18 @@ func (rp *replicaPair) testReadsOnReplica(t *testing.T) {
 				t.Errorf("%s, %s: ran on %s (in recovery %v), want %s", name, c.marked, server, recovering, c.want)
 			}
 		}
+	}
+	// A tenant placed in another database reads it on the replica.
+	inApp := rp.pool(t, 4, 4, tenantdb.Config{
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			return tenantdb.Placement{Server: "s0", Database: "app"}, nil
+		},
+	}, tenantdb.Replicas{MaxLag: 2 * time.Second, ProbeEvery: 50 * time.Millisecond})
+	waitUsable(t, inApp, true, "the replica is probed caught up")
+	var server, db string
+	if err := inApp.QueryRow(tenantdb.ReadOnly(ctx), "select current_setting('cluster_name'), current_database()").
+		Scan(&server, &db); err != nil || server != "replica" || db != "app" {
+		t.Errorf("a read of a tenant placed in database app ran on %q in %q (%v), want the replica's app", server, db, err)
 	}
 	if _, err := p.Exec(tenantdb.ReadOnly(ctx), "insert into seen values ('acme')"); err == nil ||
 		!strings.Contains(err.Error(), "read-only transaction") {
