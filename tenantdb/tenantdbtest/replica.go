@@ -32,6 +32,16 @@ func StartReplica(t testing.TB, primary *Postgres, opts ...PostgresOption) *Post
 	return s
 }
 
+// RunReplica is StartReplica for programs outside tests: ctx governs
+// starting the container only. The caller must call Terminate when done;
+// on error no container is left running.
+func RunReplica(ctx context.Context, primary *Postgres, opts ...PostgresOption) (*Postgres, error) {
+	if primary.Container == nil {
+		return nil, fmt.Errorf("tenantdbtest: RunReplica needs a primary in a container, not an existing server (%s)", postgresDSNEnv)
+	}
+	return runForProgram(ctx, func(ctx context.Context) (*Postgres, error) { return runReplica(ctx, primary, opts) })
+}
+
 // runReplica lets primary's superuser connect for replication and starts
 // the replica's container.
 func runReplica(ctx context.Context, primary *Postgres, opts []PostgresOption) (*Postgres, error) {

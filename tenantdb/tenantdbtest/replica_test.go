@@ -1,6 +1,7 @@
 package tenantdbtest_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -46,5 +47,28 @@ func TestStartReplica(t *testing.T) {
 	}
 	if _, err := rc.Exec(ctx, "insert into replicated values (1)"); err == nil {
 		t.Fatal("a write on the replica succeeded")
+	}
+}
+
+// TestRunReplica starts a replica for a program and terminates it.
+func TestRunReplica(t *testing.T) {
+	primary := tenantdbtest.StartPostgres(t)
+	replica, err := tenantdbtest.RunReplica(t.Context(), primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := replica.Terminate(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := pgx.Connect(t.Context(), replica.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var recovering bool
+	if err := c.QueryRow(t.Context(), "select pg_is_in_recovery()").Scan(&recovering); err != nil || !recovering {
+		t.Fatalf("replica in recovery: %v, %v", recovering, err)
 	}
 }
