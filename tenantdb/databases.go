@@ -39,15 +39,17 @@ const failHold = time.Second
 // database, created on first use from the template config and dropped when
 // unused, all opening their connections within one budget.
 type databases struct {
-	name     func(tenantID string) (string, error) // Config.Database; nil with NewServers without it
-	server   string                                // the server's name with NewServers, else ""
-	down     atomic.Pointer[downState]             // with NewServers: set while the server is known down
-	template *pgxpool.Config
-	max      int
-	idleTTL  time.Duration
-	budget   *budget
-	admin    *database // the template's own database: Pool.Pgxpool, never dropped
-	totals   counters  // of every database since New
+	name      func(tenantID string) (string, error) // Config.Database; nil with NewServers without it
+	server    string                                // the server's name with NewServers, else ""
+	down      atomic.Pointer[downState]             // with NewServers: set while the server is known down
+	template  *pgxpool.Config
+	max       int
+	idleTTL   time.Duration
+	budget    *budget
+	admin     *database   // the template's own database: Pool.Pgxpool, never dropped
+	replicas  *replicaSet // with NewServers: the server's replicas (WithReplicas), or nil
+	replicaOf *replicaSet // a replica's: the set it is one of; else nil
+	totals    counters    // of every database since New
 
 	mu     sync.Mutex
 	byName map[string]*database // guarded by mu
@@ -418,6 +420,9 @@ func (d *databases) close() {
 	d.mu.Unlock()
 	d.each(func(db *database) { db.pg.Close() })
 	d.admin.pg.Close()
+	if d.replicas != nil {
+		d.replicas.close()
+	}
 }
 
 // validateDatabases rejects what cannot work with cfg.Database.

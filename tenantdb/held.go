@@ -65,12 +65,29 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 		pg = h.db.pg
 	}
 	timeout := permit.StatementTimeout()
-	if h.conn, err = p.session.acquire(withStatementTimeout(ctx, timeout), pg); err != nil {
-		if h.db != nil {
-			id, _ := TenantFrom(ctx)
-			err = h.db.connectError(ctx, id, err)
+	for {
+		if h.conn, err = p.session.acquire(withStatementTimeout(ctx, timeout), pg); err == nil {
+			break
 		}
-		return ctx, held{}, h.guard.wrap(err)
+		if h.db == nil {
+			return ctx, held{}, h.guard.wrap(err)
+		}
+		id, _ := TenantFrom(ctx)
+		err = h.db.connectError(ctx, id, err)
+		set := h.db.d.replicaOf
+		if set == nil || !serverDown(ctx, err) {
+			return ctx, held{}, h.guard.wrap(err)
+		}
+		if set.fail {
+			return ctx, held{}, h.guard.wrap(fmt.Errorf("%w: %w", ErrReplicaUnavailable, err))
+		}
+		// The replica is known down now: the read goes to another, or to
+		// the primary.
+		h.db.done()
+		if h.db, err = p.use(ctx, permit); err != nil {
+			return ctx, held{}, err
+		}
+		pg = h.db.pg
 	}
 	h.guard.attach(h.conn)
 	if h.run, err = p.session.runner(ctx, h.conn.Conn(), timeout); err != nil {

@@ -40,9 +40,10 @@ type Pool struct {
 	cfg          *pgxpool.Config // a copy of the user's, for Config
 	acquireTrace *acquireTrace   // the user's pgx AcquireTracer, or nil
 
-	closeOnce sync.Once
-	stop      chan struct{}
-	swept     sync.WaitGroup
+	closeOnce  sync.Once
+	stop       chan struct{}
+	stopProbes context.CancelFunc // with NewServers: ends the replicas' probes; else nil
+	swept      sync.WaitGroup     // the idle sweep and the replicas' probes
 }
 
 // New creates the shared pgxpool from pgxCfg and puts tenant bulkheads in
@@ -155,6 +156,11 @@ func (p *Pool) sweepIdle(every time.Duration) {
 			}
 			for _, s := range p.servers {
 				s.evictIdle()
+				if s.replicas != nil {
+					for _, r := range s.replicas.list {
+						r.dbs.evictIdle()
+					}
+				}
 			}
 		}
 	}
@@ -167,6 +173,9 @@ func (p *Pool) Close() {
 	p.closeOnce.Do(func() {
 		p.gate.Close()
 		close(p.stop)
+		if p.stopProbes != nil {
+			p.stopProbes()
+		}
 		p.swept.Wait()
 		if p.dbs != nil {
 			p.dbs.close() // closes p.pg too
@@ -278,6 +287,12 @@ func (p *Pool) Reset() {
 	for _, s := range p.servers {
 		s.each(func(db *database) { db.pg.Reset() })
 		s.admin.pg.Reset()
+		if s.replicas != nil {
+			for _, r := range s.replicas.list {
+				r.dbs.each(func(db *database) { db.pg.Reset() })
+				r.dbs.admin.pg.Reset()
+			}
+		}
 	}
 	p.pg.Reset()
 }

@@ -27,9 +27,10 @@ var ErrNoPlacement = pool.ErrNoPlacement
 // all its databases; Config.Placement (required) says which server, and
 // which database there, each tenant lives on. Each server's budget is the
 // capacity of its own part of the gate's shared stage, so tenants on one
-// server never wait for another's. ctx is used only to create the pgxpools,
-// which connect lazily; nothing is started on an error.
-func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Config) (*Pool, error) {
+// server never wait for another's. WithReplicas gives a server read
+// replicas, for the calls marked ReadOnly. ctx is used only to create the
+// pgxpools, which connect lazily; nothing is started on an error.
+func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Config, opts ...ServersOption) (*Pool, error) {
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("tenantdb: %w: NewServers needs at least one server", pool.ErrInvalidConfig)
 	}
@@ -44,6 +45,13 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 	if cfg.TypicalActiveTenants < 0 {
 		return nil, fmt.Errorf("tenantdb: %w: TypicalActiveTenants must not be negative, got %d",
 			pool.ErrInvalidConfig, cfg.TypicalActiveTenants)
+	}
+	var o serversOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := checkReplicas(&o, servers, cfg); err != nil {
+		return nil, err
 	}
 	names := slices.Sorted(mapKeys(servers))
 	cfg.Servers = make(map[string]int, len(servers))
@@ -84,6 +92,14 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 		dbs.admin = &database{name: pgxCfg.ConnConfig.Database, d: dbs}
 		dbs.wrapTemplate(pgxCfg, dbs.admin)
 		pg, err := pgxpool.NewWithConfig(ctx, pgxCfg)
+		if err == nil {
+			dbs.admin.pg = pg
+			if r, ok := o.replicas[name]; ok {
+				if dbs.replicas, err = p.newReplicaSet(ctx, name, servers[name], r, cfg, idleTTL); err != nil {
+					dbs.close()
+				}
+			}
+		}
 		if err != nil {
 			for _, s := range p.servers {
 				s.close()
@@ -91,7 +107,6 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 			gate.Close()
 			return nil, fmt.Errorf("tenantdb: server %q: %w", name, err)
 		}
-		dbs.admin.pg = pg
 		p.servers[name] = dbs
 		if p.pg == nil {
 			p.pg, p.cfg, p.acquireTrace = pg, servers[name].Copy(), trace
@@ -100,6 +115,16 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 	p.warnSizing(cfg)
 	p.swept.Add(1)
 	go p.sweepIdle(max(idleTTL/2, time.Millisecond))
+	var probing context.Context
+	probing, p.stopProbes = context.WithCancel(context.Background())
+	for _, name := range names {
+		if set := p.servers[name].replicas; set != nil {
+			for _, r := range set.list {
+				p.swept.Add(1)
+				go p.probe(probing, r)
+			}
+		}
+	}
 	return p, nil
 }
 
@@ -125,6 +150,12 @@ func (p *Pool) use(ctx context.Context, permit pool.Permit) (*dbUse, error) {
 		var err error
 		if name, err = d.tenantDatabase(tenant); err != nil {
 			return nil, err
+		}
+	}
+	if d.replicas != nil && d.replicas.reads(ctx) {
+		u, err := d.replicas.useName(name)
+		if err == nil || d.replicas.fail {
+			return u, err
 		}
 	}
 	return d.useName(name)
@@ -172,6 +203,8 @@ type ServerStat struct {
 	// Down is whether the server is known down: its tenants' calls fail
 	// with ErrServerDown without connecting.
 	Down bool
+	// Replicas are its replicas' (WithReplicas), by index.
+	Replicas []ReplicaStat
 }
 
 // ServersStat returns one ServerStat per server, by name; nil for a Pool
@@ -184,8 +217,14 @@ func (p *Pool) ServersStat() []ServerStat {
 	out := make([]ServerStat, 0, len(gate))
 	for _, g := range gate {
 		d := p.servers[g.Server]
-		out = append(out, ServerStat{Server: g.Server, DatabasesStat: d.stat(), InUse: g.InUse, Reserved: g.Reserved,
-			Down: d.down.Load() != nil})
+		s := ServerStat{Server: g.Server, DatabasesStat: d.stat(), InUse: g.InUse, Reserved: g.Reserved,
+			Down: d.down.Load() != nil}
+		if d.replicas != nil {
+			for _, r := range d.replicas.list {
+				s.Replicas = append(s.Replicas, r.stat())
+			}
+		}
+		out = append(out, s)
 	}
 	return out
 }

@@ -121,7 +121,20 @@ func (p *Pool) staticSizing() Sizing {
 	}
 	slices.SortFunc(c.Plans, func(a, b PlanSizing) int { return strings.Compare(a.Name, b.Name) })
 	for _, pl := range c.Plans {
-		if pl.TenantsToFill == 1 && (reserving == 0 || reserving == 1 && pl.ReservedConns > 0) {
+		if reserving > 1 || reserving == 1 && pl.ReservedConns == 0 {
+			continue
+		}
+		if p.servers != nil { // a tenant holds capacity on its own server only
+			for _, name := range p.Servers() {
+				if b := p.servers[name].budget.max; pl.MaxConns >= b {
+					c.Warnings = append(c.Warnings, fmt.Sprintf(
+						"plan %q: one busy tenant on server %q can hold all %d of its connections (its cap is %d) and no other plan reserves any; lower its cap, raise the server's budget or give the other plans ReservedConns",
+						pl.Name, name, b, pl.MaxConns))
+				}
+			}
+			continue
+		}
+		if pl.TenantsToFill == 1 {
 			budget := ""
 			if pl.SustainedTenantsToFill > 1 {
 				budget = fmt.Sprintf(" for as long as its Budget's Burst lasts (%.3g on average)", pl.BudgetRate)
@@ -156,14 +169,16 @@ func (p *Pool) staticSizing() Sizing {
 // ServerSizing compares what the processes sharing one PostgreSQL server
 // may open with what it accepts.
 type ServerSizing struct {
-	// Server is the server's name with NewServers (CheckServers), else "".
+	// Server is the server's name with NewServers (CheckServers), or a
+	// replica's ("eu1/replica0"), else "".
 	Server string
 	// MaxConnections is the server's max_connections less
 	// superuser_reserved_connections: what ordinary roles may open.
 	MaxConnections int
 	// Processes is how many processes were said to run this pool;
 	// Demand is Processes × MaxConns (× the server's budget, with
-	// NewServers).
+	// NewServers, plus one per replica of the server; × a replica's
+	// budget plus one: its probe's connections).
 	Processes, Demand int
 	// BehindPooler reports that the connection reached the server through
 	// a pooler or proxy (the server's process ID differs from the one the
@@ -225,8 +240,10 @@ func (p *Pool) CheckServer(ctx context.Context, processes int) (ServerSizing, er
 }
 
 // CheckServers is CheckServer for every server of a Pool made by
-// NewServers, by name, each against its own budget; for a Pool made by New,
-// CheckServer's one. It stops at the first server that fails to answer,
+// NewServers, by name, each against its own budget (plus one connection per
+// replica, its probe's), each followed by its replicas (WithReplicas;
+// Server "eu1/replica0"), each against its budget plus its probe's
+// connection; for a Pool made by New, CheckServer's one. It stops at the first server that fails to answer,
 // with what it found so far.
 func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing, error) {
 	if p.servers == nil {
@@ -239,11 +256,26 @@ func (p *Pool) CheckServers(ctx context.Context, processes int) ([]ServerSizing,
 	var out []ServerSizing
 	for _, name := range p.Servers() {
 		d := p.servers[name]
-		s, err := p.checkServer(ctx, d.admin.pg, name, processes, d.budget.max)
+		budget := d.budget.max
+		if d.replicas != nil {
+			budget += len(d.replicas.list) // each replica's probe reads the primary on a connection of its own
+		}
+		s, err := p.checkServer(ctx, d.admin.pg, name, processes, budget)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, s)
+		if d.replicas == nil {
+			continue
+		}
+		for _, r := range d.replicas.list {
+			// Each process opens its budget and the probe's connection.
+			s, err := p.checkServer(ctx, r.dbs.admin.pg, r.dbs.server, processes, r.dbs.budget.max+1)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }

@@ -15,7 +15,12 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // BeginTx starts a transaction with txOptions for the tenant in ctx, as Begin.
+// A read-only transaction (AccessMode pgx.ReadOnly) is routed as the calls
+// of a ReadOnly context are.
 func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (_ pgx.Tx, err error) {
+	if txOptions.AccessMode == pgx.ReadOnly && p.servers != nil && !IsReadOnly(ctx) {
+		ctx = ReadOnly(ctx)
+	}
 	ctx, h, err := p.hold(ctx)
 	if err != nil {
 		return nil, err

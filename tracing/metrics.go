@@ -54,6 +54,9 @@ type instruments struct {
 	srvCount metric.Int64ObservableUpDownCounter
 	srvMax   metric.Int64ObservableUpDownCounter
 	srvDown  metric.Int64ObservableUpDownCounter
+	// A replica's lag (tenantdb.WithReplicas), one series per replica,
+	// named as the server metrics' replica series are.
+	replicaLag metric.Float64ObservableGauge
 }
 
 // durationBuckets are the explicit histogram boundaries, in seconds, that the
@@ -189,6 +192,11 @@ func (in *instruments) create(m metric.Meter) error {
 	in.srvDown, err = m.Int64ObservableUpDownCounter("tenantdb.server.down",
 		metric.WithUnit("1"),
 		metric.WithDescription("1 while a server is known down, its tenants' calls failing at once (tenantdb.ErrServerDown); else 0."))
+	check(err)
+	in.replicaLag, err = m.Float64ObservableGauge("tenantdb.replica.lag",
+		metric.WithUnit("s"),
+		metric.WithDescription("How far behind its primary a read replica was at its last probes (tenantdb.WithReplicas), "+
+			"to within its ProbeEvery; not reported before it was first seen caught up."))
 	check(err)
 	in.dbCloses, err = m.Int64ObservableCounter("tenantdb.database.connection.closes",
 		metric.WithUnit("{connection}"),

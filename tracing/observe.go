@@ -76,6 +76,19 @@ func (t *Tracer) observeDatabases(o metric.Observer, p *tenantdb.Pool, st tenant
 		o.ObserveInt64(t.srvCount, int64(s.Open), obs)
 		o.ObserveInt64(t.srvMax, int64(s.Budget), obs)
 		o.ObserveInt64(t.srvDown, down, obs)
+		for _, r := range s.Replicas { // a series of the server metrics each, named "eu1/replica0"
+			obs := metric.WithAttributes(append(t.poolAttrs[:len(t.poolAttrs):len(t.poolAttrs)], ServerKey.String(r.Name))...)
+			unusable := int64(1)
+			if r.Usable {
+				unusable = 0
+			}
+			o.ObserveInt64(t.srvCount, int64(r.Open), obs)
+			o.ObserveInt64(t.srvMax, int64(r.Budget), obs)
+			o.ObserveInt64(t.srvDown, unusable, obs)
+			if r.Lag >= 0 {
+				o.ObserveFloat64(t.replicaLag, r.Lag.Seconds(), obs)
+			}
+		}
 	}
 }
 
@@ -125,7 +138,7 @@ func (t *Tracer) observe(g *pool.Gate, conns func(metric.Observer)) (func() erro
 		return nil
 	}, t.connCount, t.connMax, t.connPending, t.tenantCount, t.tenantPending, t.tenantMax, t.tenantEffectiveMax, t.tenantBudgetLeft,
 		t.classCount, t.classPending, t.classMax, t.classAdmissions, t.classWait, t.classUse,
-		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime, t.srvCount, t.srvMax, t.srvDown)
+		t.dbCount, t.dbOpens, t.dbCloses, t.dbOpenTime, t.srvCount, t.srvMax, t.srvDown, t.replicaLag)
 	if err != nil {
 		t.mu.Lock()
 		t.observing = false

@@ -1,6 +1,7 @@
 // Package tenantdbtest starts the servers that tenantdb's tests need —
 // PostgreSQL, Redis, Jaeger and Prometheus — as containers with testcontainers-go, or
-// points at servers that already run. PgBouncer (StartPgBouncer) runs on the
+// points at servers that already run; StartReplica adds a streaming replica
+// of a PostgreSQL container. PgBouncer (StartPgBouncer) runs on the
 // host instead, from the distribution's package, in front of a Postgres;
 // tests that need it are skipped where it is not installed.
 //

@@ -69,6 +69,8 @@ type postgresConfig struct {
 	initScripts    []string
 	startupTimeout time.Duration
 	cpuset         string
+	cmd            []string // replaces "postgres -c ..." (StartReplica's)
+	standby        bool     // the server is a hot standby: it logs "ready to accept read-only connections"
 }
 
 // PostgresOption configures StartPostgres and RunPostgres.
@@ -198,6 +200,7 @@ func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) 
 			tcpostgres.WithDatabase(cfg.database),
 			// postgres.Run's command is "postgres -c fsync=off".
 			testcontainers.WithCmdArgs(args...),
+			withCmd(cfg.cmd),
 			withHostPort(postgresPort, d.bindIP, hostPort),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				// Docker's default /dev/shm of 64 MB is tight for
@@ -262,8 +265,12 @@ func runPostgres(ctx context.Context, opts []PostgresOption) (*Postgres, error) 
 // which also covers the moment after a restart when the port is open but
 // the server still answers "starting up".
 func postgresWaitStrategies(cfg postgresConfig) []wait.Strategy {
+	ready := "database system is ready to accept connections"
+	if cfg.standby {
+		ready = "database system is ready to accept read-only connections"
+	}
 	return []wait.Strategy{
-		wait.ForLog("database system is ready to accept connections"),
+		wait.ForLog(ready),
 		wait.ForListeningPort(postgresPort),
 		wait.ForExec([]string{
 			"pg_isready", "--quiet", "--host=127.0.0.1", "--port=5432",

@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,55 @@ func TestServersMetrics(t *testing.T) {
 	}
 	if got := value(t, rm, "db.client.connection.max", name).value; got != 5 {
 		t.Errorf("max %v, want the budgets' sum 5", got)
+	}
+}
+
+// TestReplicaMetrics: a replica (tenantdb.WithReplicas) is a series of the
+// server metrics of its own, named "s0/replica0": its open connections, its
+// budget, and 1 as down while it takes no reads. The test's "replica" is the
+// test's one PostgreSQL, not in recovery, so the probe finds it unusable and
+// no lag is reported.
+func TestReplicaMetrics(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, tracing.WithPoolName("orders"))
+	cfgOf := func(budget int32) *pgxpool.Config {
+		c, err := pgxpool.ParseConfig(postgres(t).DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.MaxConns = budget
+		return c
+	}
+	p, err := tenantdb.NewServers(ctx, map[string]*pgxpool.Config{"s0": cfgOf(3)}, tenantdb.Config{
+		Tracer: e.tr,
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			return tenantdb.Placement{Server: "s0"}, nil
+		},
+	}, tenantdb.WithReplicas("s0", tenantdb.Replicas{Configs: []*pgxpool.Config{cfgOf(2)}, MaxLag: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	stop, err := e.tr.ObservePool(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	tenantdbtest.Eventually(t, time.Minute, "the probe finds the replica not in recovery", func() bool {
+		return strings.Contains(p.ServersStat()[0].Replicas[0].Why, "not in recovery")
+	})
+	rm := e.collect(t)
+	name := semconv.DBClientConnectionPoolName("orders")
+	key := tracing.ServerKey.String("s0/replica0")
+	got := [3]float64{
+		value(t, rm, "tenantdb.server.connection.count", name, key).value,
+		value(t, rm, "tenantdb.server.connection.max", name, key).value,
+		value(t, rm, "tenantdb.server.down", name, key).value,
+	}
+	if want := [3]float64{0, 2, 1}; got != want {
+		t.Errorf("s0/replica0: open, budget and down %v, want %v", got, want)
+	}
+	if v := value(t, rm, "tenantdb.server.connection.max", name, tracing.ServerKey.String("s0")).value; v != 3 {
+		t.Errorf("s0: budget %v, want 3", v)
 	}
 }
