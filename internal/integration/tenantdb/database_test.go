@@ -133,6 +133,7 @@ func TestDatabasePerTenant(t *testing.T) {
 	t.Run("BehindPgBouncer", s.testBehindPgBouncer)
 	t.Run("AffinityCutsConnects", s.testAffinityCutsConnects)
 	t.Run("AffinityServesAColdDatabase", s.testAffinityServesAColdDatabase)
+	t.Run("AffinityLeavesNoSessionToAnotherTenant", s.testAffinityLeavesNoSessionToAnotherTenant)
 }
 
 // testEveryMethod runs every way to a statement for two tenants and checks

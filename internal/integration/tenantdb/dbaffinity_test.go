@@ -3,6 +3,7 @@ package tenantdb_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +121,108 @@ func (s *perTenant) testAffinityServesAColdDatabase(t *testing.T) {
 		if d.Database == "tenant_120" && d.Opens == 0 {
 			t.Fatalf("the cold tenant's database opened no connection: %+v", d)
 		}
+	}
+	assertNothingHeld(t, p)
+}
+
+// testAffinityLeavesNoSessionToAnotherTenant: two tenants in one database,
+// one connection. While tenant na has a call waiting, a release of its
+// connection leaves the reset to the next holder; when the next holder is
+// tenant nb (na's grants by affinity used up), nb's call finds none of
+// na's session: no temporary table, its own setting.
+func (s *perTenant) testAffinityLeavesNoSessionToAnotherTenant(t *testing.T) {
+	pcfg := pgxConfigOn(t, s.pg.DSN, 1)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = ourApp
+	writes, resets := new(atomic.Int64), new(atomic.Int64)
+	countWrites(pcfg, writes, resets)
+	p, err := tenantdb.New(context.Background(), pcfg, tenantdb.Config{
+		Plans:    map[string]tenantdb.Plan{"p": {MaxConns: 1, MaxWaiting: tenantdb.Unbounded}},
+		Session:  tenantdb.Session{TenantSetting: "app.tenant_id"},
+		Database: func(string) (string, error) { return "tenant_150", nil },
+		Affinity: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	type acquired struct {
+		c   tenantdb.Conn
+		err error
+	}
+	acquire := func(tenant string) <-chan acquired {
+		ch := make(chan acquired, 1)
+		go func() {
+			c, err := p.Acquire(as(tenant))
+			ch <- acquired{c, err}
+		}()
+		return ch
+	}
+	waiting := func(tenant string, n int) {
+		eventually(t, tenant+" waits", func() bool { return p.TenantStat(tenant).Waiting == n })
+	}
+	held, err := p.Acquire(as("na"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := acquire("na")
+	waiting("na", 1)
+	b := acquire("nb")
+	waiting("nb", 1)
+	defer func() { // on every path, so that a failure leaves the Pool nothing to wait for when it closes
+		held.Release()
+		for _, ch := range []<-chan acquired{next, b} {
+			if ch != nil {
+				go func() {
+					if a := <-ch; a.err == nil {
+						a.c.Release()
+					}
+				}()
+			}
+		}
+	}()
+	for i := 0; ; i++ {
+		if _, err := held.Exec(as("na"), "create temporary table if not exists na_leftover (secret text)"); err != nil {
+			t.Fatal(err)
+		}
+		resets.Store(0)
+		held.Release()
+		if p.TenantStat("nb").InUse == 1 {
+			break
+		}
+		if i == 10 {
+			t.Fatal("nb not served after 10 of na's calls")
+		}
+		a := <-next
+		next = nil
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if n := resets.Load(); n != 0 { // a reset at release is done before the connection is back
+			t.Fatalf("%d resets at na's release while na had a call waiting, want none (left to the next holder)", n)
+		}
+		held = a.c
+		next = acquire("na")
+		waiting("na", 1)
+	}
+	bc := <-b
+	b = nil
+	if bc.err != nil {
+		t.Fatal(bc.err)
+	}
+	var leftover bool
+	var setting string
+	err = bc.c.QueryRow(as("nb"), "select to_regclass('pg_temp.na_leftover') is not null, current_setting('app.tenant_id')").Scan(&leftover, &setting)
+	bc.c.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leftover || setting != "nb" {
+		t.Fatalf("tenant nb after tenant na's release: na's temporary table there %v, app.tenant_id %q", leftover, setting)
+	}
+	a := <-next
+	next = nil
+	if a.err == nil {
+		a.c.Release()
 	}
 	assertNothingHeld(t, p)
 }
