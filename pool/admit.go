@@ -19,7 +19,9 @@ import (
 //     outside the lock (stageCluster).
 //  3. shared capacity: one unit of Config.Capacity, within the class's share,
 //     granted from the lane's globalQ by dispatchLocked, reserved lines
-//     first, then the classes' rings in weighted round-robin.
+//     first, then the classes' rings in weighted round-robin; with
+//     Config.Affinity a released permit's unit goes to its own lane's next
+//     request first, a bounded number of times in a row (affineLocked).
 //
 // A request that finds its lane with no one waiting and its limits and
 // capacity free takes all at once (the fast path, no waiter). Every other
@@ -37,10 +39,10 @@ import (
 //     class's c.used its share.
 //   - No barging: a request takes the fast path only when none of its
 //     lane's requests wait, and grantableLocked lets it pass no one the
-//     fair gate would serve first; after every change that frees capacity or
-//     queues a request, dispatchLocked leaves no request in a globalQ that
-//     could be granted, and promoteLocked none in a capQ that could take a
-//     tenant slot.
+//     fair gate would serve first (affineLocked passes them, within its
+//     bound); after every change that frees capacity or queues a request,
+//     dispatchLocked leaves no request in a globalQ that could be granted,
+//     and promoteLocked none in a capQ that could take a tenant slot.
 //   - Reservations: g.reservedFree is Σ max(0, t.reserved-t.inUse), and no
 //     grant to a tenant at or over its reservation leaves fewer free units.
 //   - MaxWait counts from arrival and bounds only the time spent in capQ
@@ -322,7 +324,7 @@ func (g *Gate) leaveLocked(w *waiter, ctxErr error, waitedIn waitStage, d *Trace
 		// Rather than hand a permit to a caller that has gone.
 		g.letLocked(t, w.l.class, w.permit.s.start)
 		w.permit.s.start = 0 // never held: its ~0 hold must not count in RetryAfter's average
-		_, lease = g.releaseLocked(w.permit.s)
+		_, lease = g.releaseLocked(w.permit.s, false)
 		w.permit, w.outcome, w.err = Permit{}, ctxOutcome(ctxErr), ctxErr
 	}
 	g.countLocked(t, w.l, w.l.class, w.outcome)

@@ -232,6 +232,20 @@ type Config struct {
 	// flight stays where it was admitted.
 	Placement func(ctx context.Context, tenantID string) (Placement, error)
 
+	// Affinity is how many permits in a row the capacity a released permit
+	// returns may go to its own tenant's next request waiting in the same
+	// class, ahead of the fair order, while other tenants wait: what it
+	// stands for is warm for that tenant (with Database, a connection open
+	// to the tenant's database, which another tenant's database can have
+	// only by a close and a connect). Then the next release goes in the
+	// fair order, so the request whose turn it is waits for at most
+	// Affinity such grants. It changes the order, not the shares: a tenant
+	// runs at most Affinity grants ahead of its turns, and each of its next
+	// turns pays one back. Reserved lines and a class below its MinShare
+	// still go first. Default 0: 8 with Database, none without. Negative:
+	// none, the fair order only.
+	Affinity int
+
 	// TypicalActiveTenants is how many tenants you expect to be busy at the
 	// same moment. With it, tenantdb.New checks that that many tenants at
 	// the default plan's cap fit in Capacity and logs a warning if not;
@@ -252,6 +266,8 @@ const (
 	defaultMaxTenants     = 100_000
 	defaultMaxTenantIDLen = 128
 	defaultMaxRetryAfter  = 30 * time.Second
+	// defaultDatabaseAffinity is Affinity's default with Database.
+	defaultDatabaseAffinity = 8
 	// unknownHold stands in for a tenant's hold time before any was observed.
 	unknownHold = time.Second
 )
@@ -315,6 +331,9 @@ func (c Config) withDefaults() (_ Config, err error) {
 	}
 	if c.Adaptive, err = c.Adaptive.withDefaults(); err != nil {
 		return c, err
+	}
+	if c.Affinity == 0 && c.Database != nil {
+		c.Affinity = defaultDatabaseAffinity
 	}
 	if c.MaxTenants == 0 {
 		c.MaxTenants = defaultMaxTenants

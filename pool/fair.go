@@ -84,16 +84,23 @@ func (r *fairRing) turnTo(l *lane) {
 }
 
 // next returns the lane whose turn it is and uses one of its credits, or
-// nil when the ring is empty.
+// nil when the ring is empty. A turn of a lane that took grants by
+// affinity pays one of them back instead (affinity.go), so that affinity
+// changes the order of grants, not a tenant's share.
 func (r *fairRing) next() *lane {
 	if r.cursor == nil {
 		return nil
 	}
-	if r.cursor.credit <= 0 {
-		r.turnTo(r.after(r.cursor))
+	for {
+		if r.cursor.credit <= 0 {
+			r.turnTo(r.after(r.cursor))
+		}
+		r.cursor.credit--
+		if r.cursor.affine == 0 {
+			return r.cursor
+		}
+		r.cursor.affine-- // each turn pays one back: the loop ends
 	}
-	r.cursor.credit--
-	return r.cursor
 }
 
 // fixLinesLocked puts t's lanes in or out of their rings and reserved lines
@@ -161,6 +168,7 @@ func (g *Gate) dispatchLocked(s *shared) {
 		if now == 0 {
 			now = g.nowLocked()
 		}
+		s.affine = 0
 		w := l.globalQ.popFront()
 		g.takeLocked(l.t, l.class)
 		g.fixLinesLocked(l.t)

@@ -190,7 +190,7 @@ func TestGrantRacingCancellationIsGivenBack(t *testing.T) {
 	waitUntil(t, "one request waits", func() bool { return g.Stat().Waiting == 1 })
 	g.mu.Lock()
 	cancel()
-	g.releaseLocked(holder.s) // grants b's waiter under the same lock
+	g.releaseLocked(holder.s, true) // grants b's waiter under the same lock
 	g.mu.Unlock()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want Canceled", err)

@@ -390,7 +390,7 @@ func giveBackRacedGrant(t *testing.T, g *Gate, holder Permit, id string) {
 	waitUntil(t, id+" waits", func() bool { return g.Stat().Waiting == 1 })
 	g.mu.Lock()
 	cancel()
-	g.releaseLocked(holder.s) // grants the waiter, which wakes cancelled and gives it back
+	g.releaseLocked(holder.s, true) // grants the waiter, which wakes cancelled and gives it back
 	g.mu.Unlock()
 	if err := recvErr(t, done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)

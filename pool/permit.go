@@ -56,7 +56,7 @@ func (p Permit) Release() {
 			rd.Class = s.class.name
 		}
 	}
-	hold, lease := g.releaseLocked(s)
+	hold, lease := g.releaseLocked(s, true)
 	g.mu.Unlock()
 	releaseLease(lease)
 	if g.releaseTracer != nil {
@@ -90,9 +90,10 @@ func (p Permit) Revoked() <-chan struct{} {
 }
 
 // releaseLocked returns s's slot and capacity, serves whoever waits for them
-// and recycles s. It returns the measured hold time (0 if not measured) and
-// the cluster lease to release once unlocked.
-func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
+// (its own tenant first, by Config.Affinity, when warm says its holder used
+// it) and recycles s. It returns the measured hold time (0 if not measured)
+// and the cluster lease to release once unlocked.
+func (g *Gate) releaseLocked(s *permitState, warm bool) (hold int64, lease ClusterLease) {
 	t, c := s.t, s.class
 	var l *lane
 	if t.wait != nil {
@@ -150,6 +151,9 @@ func (g *Gate) releaseLocked(s *permitState) (hold int64, lease ClusterLease) {
 		if t.wait != nil {
 			g.fixLinesLocked(t)
 			g.promoteLocked(t)
+		}
+		if warm {
+			g.affineLocked(t, c)
 		}
 		g.dispatchLocked(t.srv)
 	}

@@ -42,6 +42,7 @@ type shared struct {
 	reservedTotal int           // guarded by Gate.mu: Σ reserved over its tenants
 	classes       []*stageClass // by class index; fixed after New
 	classTurn     int           // guarded by Gate.mu: the named class whose turn is next in nextLaneLocked
+	affine        int           // guarded by Gate.mu: permits granted by affinity since the last in the fair order
 }
 
 // stageClass is one class's part of one server's shared stage.

@@ -34,7 +34,20 @@ func TestStressInvariants(t *testing.T) {
 	t.Run("classes-adaptive-cluster", func(t *testing.T) { stress(t, newMemCluster(), true, true, false) })
 	t.Run("servers", func(t *testing.T) { stress(t, nil, false, false, true) })
 	t.Run("servers-classes-cluster", func(t *testing.T) { stress(t, newMemCluster(), false, true, true) })
+	t.Run("affinity-servers-classes-cluster", func(t *testing.T) {
+		stressAffinity = 3
+		defer func() { stressAffinity = 0 }()
+		stress(t, newMemCluster(), false, true, true)
+	})
+	t.Run("affinity-adaptive", func(t *testing.T) {
+		stressAffinity = 3
+		defer func() { stressAffinity = 0 }()
+		stress(t, nil, true, false, false)
+	})
 }
+
+// stressAffinity is the Config.Affinity of stress's gate.
+var stressAffinity int
 
 // stress runs the workload; with adaptive, effective limits move all the
 // time too: the slack for jitter is off, the tolerance minimal and probes
@@ -88,6 +101,7 @@ func stress(t *testing.T, mc *memCluster, adaptive, classes, servers bool) {
 		Servers:     srvs,
 		Placement:   place,
 		MaxReserved: 4,
+		Affinity:    stressAffinity,
 		Plans: map[string]Plan{
 			"free": {MaxConns: 2},
 			"std":  {MaxConns: 4, MaxWaiting: 3, MaxWait: 2 * time.Millisecond},

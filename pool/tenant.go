@@ -79,6 +79,7 @@ type lane struct {
 
 	ringLink      link[lane] // in the class's fair ring while globalQ is not empty
 	credit        int        // grants left in the lane's turn in the ring; kept while it is backlogged
+	affine        int        // grants taken by affinity that its turns in the ring have not paid back, at most Config.Affinity
 	resLink       link[lane] // in the class's reserved line while globalQ is not empty and t.inUse < t.reserved
 	inRing, inRes bool
 	avgHold       int64   // moving average of the class's measured hold times, ns

@@ -182,7 +182,9 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 // install), and a connection no statement touched since its last reset goes
 // back at once. The reset gives the session the holder's ScopeSession
 // values again, so that the same tenant's next call needs no round trip.
-// While calls wait for a connection, the reset is left to the next holder
+// While calls wait for a connection, or with Config.Database while the
+// holder's tenant has calls waiting at the gate (which Config.Affinity
+// admits next, to this connection), the reset is left to the next holder
 // (see prepare): one of them takes this connection at once, and needs the
 // reset only if it is another tenant. A connection whose reset fails, takes
 // longer than resetTimeout, or finds the session listening (pgx may have
@@ -233,7 +235,7 @@ func (s *sessionSetup) resetDue(pc *pgconn.PgConn, st *connState) bool {
 	if !st.dirty || pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I' {
 		return false // nothing to reset, or pgxpool destroys it
 	}
-	if s.streak.only(st.tenant) {
+	if s.streak.only(st.tenant) || s.waiting != nil && s.waiting(st.tenant) {
 		return false // reset by the next holder, if another tenant
 	}
 	return s.acquiring.Load() == 0 || s.idle == nil || s.idle() // else reset by the next holder, if another tenant

@@ -130,6 +130,12 @@ type sessionSetup struct {
 	acquiring atomic.Int32
 	idle      func() bool
 
+	// waiting, with Config.Database and Affinity, reports whether a tenant
+	// has calls waiting at the gate: a release of its connection leaves
+	// the reset to the next holder then, so that the connection is idle in
+	// its database for the call that affinity admits next (see release).
+	waiting func(tenant string) bool
+
 	// streak is the tenant of the last acquires, whose releases leave the
 	// reset to the next holder while it is the only tenant at work.
 	streak tenantStreak

@@ -131,6 +131,9 @@ func TestDatabasePerTenant(t *testing.T) {
 	t.Run("DatabasesAreBounded", s.testDatabasesBounded)
 	t.Run("NoisyTenantInAnotherDatabase", s.testNoisyNeighbour)
 	t.Run("BehindPgBouncer", s.testBehindPgBouncer)
+	t.Run("AffinityCutsConnects", s.testAffinityCutsConnects)
+	t.Run("AffinityServesAColdDatabase", s.testAffinityServesAColdDatabase)
+	t.Run("AffinityLeavesNoSessionToAnotherTenant", s.testAffinityLeavesNoSessionToAnotherTenant)
 }
 
 // testEveryMethod runs every way to a statement for two tenants and checks
