@@ -73,7 +73,14 @@ func watchHold(h held, ref liveRef, closedErr error) *holdWatch {
 	if !hasHoldLimits(h.permit) || h.conn == nil {
 		return nil
 	}
-	return newHoldWatch(h.permit, h.conn.Conn().PgConn(), func() { h.release(nil) }, ref, closedErr) // h: a copy for the watch
+	return watchHeld(h, ref, closedErr)
+}
+
+// watchHeld is watchHold's watch, which releases h, a copy of its own. A
+// function apart, so that only a hold with limits moves h to the heap (the
+// closure's capture would move it on entry to watchHold, for every hold).
+func watchHeld(h held, ref liveRef, closedErr error) *holdWatch {
+	return newHoldWatch(h.permit, h.conn.Conn().PgConn(), func() { h.release(nil) }, ref, closedErr)
 }
 
 // hasHoldLimits reports whether permit's work has an
