@@ -112,20 +112,26 @@ func TestImportDoesNotTakeDownItsOwnTenantsUsers(t *testing.T) {
 	waitWarm(t, ctrl.Pgxpool().Stat)
 	ctrlDone := importFlood(t, ctrl, context.Background(), "acme", importStatements/4)
 	eventually(t, "the control import holds acme's cap", func() bool { return ctrl.TenantStat("acme").InUse == acmeCap })
+	ctrlWaited := ctrl.TenantStat("acme").WaitTime
 	ctrlLat, _ := reads(t, ctrl, "acme")
+	ctrlWait := (ctrl.TenantStat("acme").WaitTime - ctrlWaited) / time.Duration(max(1, len(ctrlLat)))
 	ctrlDone()
 	ctrl.Close()
+	if ctrlWait < readSleep/10 {
+		t.Errorf("without a class the reads waited %v at the gate on average: readRounds' wait could not tell", ctrlWait)
+	}
 
 	done := importFlood(t, p, tenantdb.WithClass(context.Background(), "batch"), "acme", importStatements)
 	ctrlRatio := float64(median(ctrlLat)) / float64(unloaded)
-	t.Logf("acme's reads: unloaded p50 %v; beside its import without a class %v (%.1fx)", unloaded, median(ctrlLat), ctrlRatio)
+	t.Logf("acme's reads: unloaded p50 %v; beside its import without a class %v (%.1fx), waiting %v at the gate on average", unloaded, median(ctrlLat), ctrlRatio, ctrlWait)
 	if ctrlRatio < 3 {
 		t.Errorf("without a class the reads' p50 is only %.1fx unloaded: the import does not load acme", ctrlRatio)
 	}
 	within := readRounds(t, unloaded, func() bool {
 		s := p.TenantStat("acme")
 		return len(s.Classes) == 2 && s.Classes[1].InUse == batchCap && s.Classes[1].Waiting > 0
-	}, func() ([]time.Duration, int) { return reads(t, p, "acme") })
+	}, func() ([]time.Duration, int) { return reads(t, p, "acme") },
+		func() time.Duration { return p.TenantStat("acme").Classes[0].WaitTime })
 	mostBatch := p.TenantStat("acme").Classes[1].InUse
 	imported := done()
 	if !within {
@@ -177,7 +183,8 @@ func TestBatchFloodsOfFiveTenantsLeaveReadsAlone(t *testing.T) {
 	within := readRounds(t, unloaded, func() bool {
 		c := p.Stat().Tenants.Classes[1]
 		return c.InUse == share && c.Waiting > 0
-	}, func() ([]time.Duration, int) { return reads(t, p, "reader") })
+	}, func() ([]time.Duration, int) { return reads(t, p, "reader") },
+		func() time.Duration { return p.TenantStat("reader").WaitTime })
 	var done []int
 	for _, w := range waits {
 		done = append(done, w())
@@ -201,19 +208,24 @@ func TestBatchFloodsOfFiveTenantsLeaveReadsAlone(t *testing.T) {
 }
 
 // readRounds runs up to three rounds of reads while loaded says the flood
-// is at its peak, and reports whether one had its p50 within 1.1x of
-// unloaded and none rejected. A round on this shared machine can be
-// disturbed from outside (a burst of other processes delays the arrivals, so
-// more reads overlap); without the class no round comes near (the control),
-// so the best of three still fails when the mechanism does.
-func readRounds(t *testing.T, unloaded time.Duration, loaded func() bool, run func() ([]time.Duration, int)) bool {
+// is at its peak, and reports whether in one none was rejected and the reads
+// were not held back: their p50 within 1.1x of unloaded, or (a machine
+// busy from outside makes every statement slower, flood or not) their mean
+// wait at the gate, from waited's total, under a tenth of a read's sleep. A
+// round can be disturbed from outside (a burst of other processes delays
+// the arrivals, so more reads overlap); without the class no round comes
+// near (the control), so the best of three still fails when the mechanism
+// does.
+func readRounds(t *testing.T, unloaded time.Duration, loaded func() bool, run func() ([]time.Duration, int), waited func() time.Duration) bool {
 	t.Helper()
 	for round := 1; round <= 3; round++ {
 		eventually(t, "the flood is at its peak", loaded)
+		before := waited()
 		lat, rejected := run()
+		wait := (waited() - before) / time.Duration(max(1, len(lat)+rejected))
 		ratio := float64(median(lat)) / float64(unloaded)
-		t.Logf("round %d: reads' p50 %v (%.2fx unloaded %v), %d rejected", round, median(lat), ratio, unloaded, rejected)
-		if ratio <= 1.1 && rejected == 0 {
+		t.Logf("round %d: reads' p50 %v (%.2fx unloaded %v), mean wait at the gate %v, %d rejected", round, median(lat), ratio, unloaded, wait, rejected)
+		if rejected == 0 && (ratio <= 1.1 || wait < readSleep/10) {
 			return true
 		}
 	}
