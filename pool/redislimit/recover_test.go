@@ -23,8 +23,9 @@ import (
 // less OpTimeout (the failed attempt began less than RecheckEvery before the
 // validity ends; with more left, the next probe of a limiter that waits for
 // it might still come in time); two must count. A trial revoked while the
-// machine was starved (stallProbe, or a PING slower than half OpTimeout) is
-// not judged; with only such trials the test is skipped.
+// machine was starved (a tenantdbtest.StallProbe woke half an OpTimeout
+// late, or a PING took that long) is not judged; with only such trials the
+// test is skipped.
 func TestRedisDegradedRenewsAsSoonAsRedisAnswers(t *testing.T) {
 	r := tenantdbtest.StartRedis(t)
 	// Calls give up at OpTimeout on the socket too: none is answered late.
@@ -63,7 +64,7 @@ func TestRedisDegradedRenewsAsSoonAsRedisAnswers(t *testing.T) {
 			st := l.Stats()
 			return !st.Healthy && st.Errors >= errs+2
 		})
-		stall := startStallProbe()
+		stall := tenantdbtest.StartStallProbe()
 		if err := r.Unpause(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -76,12 +77,13 @@ func TestRedisDegradedRenewsAsSoonAsRedisAnswers(t *testing.T) {
 		eventually(t, 30*time.Second, "the lease renewed or revoked", func() bool {
 			return validUntil().After(v) || s.revoked()
 		})
+		worst := stall.Stop()
 		if minLeft <= left && left <= maxLeft {
-			switch worst := stall.worst(); {
+			switch {
 			case !s.revoked():
 				counted++
 			case worst >= opTimeout/2 || rtt >= opTimeout/2:
-				t.Logf("trial %d: revoked with the machine starved (a goroutine waited %v to run, a PING took %v, OpTimeout %v): not judged",
+				t.Logf("trial %d: revoked with the machine starved (the probe woke %v late, a PING took %v, OpTimeout %v): not judged",
 					trial, worst, rtt.Round(time.Millisecond), opTimeout)
 				disturbed++
 			default:
@@ -126,7 +128,7 @@ func TestRedisShortPauseNeverRevokes(t *testing.T) {
 		})
 		// The scenario, not synchronisation: where in the cycle the pause begins.
 		time.Sleep(time.Duration(i) * l.cfg.RenewEvery / trials)
-		stall := startStallProbe()
+		stall := tenantdbtest.StartStallProbe()
 		if err := admin.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -140,9 +142,10 @@ func TestRedisShortPauseNeverRevokes(t *testing.T) {
 		eventually(t, 10*time.Second, "a renewal after the pause", func() bool {
 			return validUntil().After(v) || s.revoked()
 		})
+		worst := stall.Stop()
 		if s.revoked() {
-			if worst := stall.worst(); worst >= l.cfg.OpTimeout/2 || rtt >= l.cfg.OpTimeout/2 {
-				t.Logf("trial %d: revoked with the machine starved (a goroutine waited %v to run, a PING took %v, OpTimeout %v): not judged",
+			if worst >= l.cfg.OpTimeout/2 || rtt >= l.cfg.OpTimeout/2 {
+				t.Logf("trial %d: revoked with the machine starved (the probe woke %v late, a PING took %v, OpTimeout %v): not judged",
 					i, worst, rtt.Round(time.Millisecond), l.cfg.OpTimeout)
 				disturbed++
 				s.Release()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenantdb/tenantdb/pool/redislimit"
 	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantdbtest"
 )
 
 // The cluster tests run several processes: this test binary, re-executed
@@ -42,10 +43,13 @@ const (
 // clusterChildResult is what a flood child reports when told to stop.
 type clusterChildResult struct {
 	QuietUnloaded, QuietLoaded []float64 // quiet query latencies, ms
-	NoisyDone, NoisyFailed     int64
-	FirstError                 string
-	ClusterLocal               uint64
-	Limiter                    redislimit.Stats
+	// Stalled is the share of the flood in which the process could not
+	// run (tenantdbtest.StallProbe.Share): a starved machine's mark.
+	Stalled                float64
+	NoisyDone, NoisyFailed int64
+	FirstError             string
+	ClusterLocal           uint64
+	Limiter                redislimit.Stats
 }
 
 // clusterNoisySQL and clusterQuietSQL are the two tenants' queries, tagged so that the
@@ -174,6 +178,7 @@ func clusterChildFlood(t *testing.T) {
 			}
 		})
 	}
+	stall := tenantdbtest.StartStallProbe()
 	loaded := make(chan []float64, 1)
 	go func() { loaded <- quiet(0, stop) }()
 	if !in.Scan() || in.Text() != "stop" {
@@ -182,6 +187,8 @@ func clusterChildFlood(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	res.QuietLoaded = <-loaded
+	res.Stalled = stall.Share()
+	stall.Stop()
 	res.NoisyDone, res.NoisyFailed = done.Load(), failed.Load()
 	res.ClusterLocal = p.Stat().Tenants.ClusterLocal
 	if lim != nil {

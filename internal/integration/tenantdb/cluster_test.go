@@ -212,9 +212,11 @@ func TestClusterThreeProcessesShareCap(t *testing.T) {
 		t.Errorf("with the limiter at most %d noisy backends: the flood did not fill the cap %d", maxOn, clusterNoisyCap)
 	}
 	var unloaded, loaded []float64
+	var stalled float64
 	for i, r := range res {
-		t.Logf("process %d: noisy %d done, %d failed; quiet median %.1f ms alone, %.1f ms under the flood; limiter %+v",
-			i, r.NoisyDone, r.NoisyFailed, median(r.QuietUnloaded), median(r.QuietLoaded), r.Limiter)
+		t.Logf("process %d: noisy %d done, %d failed; quiet median %.1f ms alone, %.1f ms under the flood (could not run %.0f%% of it); limiter %+v",
+			i, r.NoisyDone, r.NoisyFailed, median(r.QuietUnloaded), median(r.QuietLoaded), 100*r.Stalled, r.Limiter)
+		stalled = max(stalled, r.Stalled)
 		if r.NoisyDone == 0 {
 			t.Errorf("process %d completed no noisy query: starved", i)
 		}
@@ -232,7 +234,13 @@ func TestClusterThreeProcessesShareCap(t *testing.T) {
 	}
 	ratio := median(loaded) / median(unloaded)
 	t.Logf("quiet tenant: median %.1f ms alone, %.1f ms under the flood (%.2fx)", median(unloaded), median(loaded), ratio)
-	if ratio > 2 {
+	switch {
+	case ratio <= 2:
+	case stalled >= 0.25:
+		// A process that could not run for a quarter of the flood says
+		// more about the machine than about the limiter.
+		t.Logf("the quiet tenant's median grew %.2fx with the machine starved (a process could not run %.0f%% of the flood): not judged", ratio, 100*stalled)
+	default:
 		t.Errorf("the quiet tenant's median latency grew %.2fx under the flood", ratio)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
