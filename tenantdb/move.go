@@ -21,7 +21,8 @@ var ErrMoved = errors.New("tenantdb: the call outlasted its tenant's move to ano
 //  2. its calls in flight finish, or after grace are ended (ErrMoved):
 //     their statements cancelled on the server and their connections closed,
 //     each server process gone before the call's slot is released;
-//  3. fence: from then on nothing of the tenant runs on its old server;
+//  3. fence: from then on nothing of the tenant runs on its old server,
+//     not even the setup of a connection a call gave up on while it opened;
 //  4. cutover(ctx), yours: copy the data, and make Config.Placement answer
 //     to from now on (its next answer, after LookupTTL, is used);
 //  5. switch and resume: the tenant is placed at to and its waiting calls
@@ -50,6 +51,7 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	if err != nil {
 		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
 	}
+	from, _ := p.gate.TenantStat(tenantID)
 	switched := false
 	defer func() {
 		if !switched {
@@ -70,6 +72,9 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	case <-ctx.Done():
 		return fmt.Errorf("tenantdb: Move of tenant %q: draining: %w", tenantID, ctx.Err())
 	}
+	if err := p.awaitConnects(ctx, tenantID, from.Server, from.Database); err != nil {
+		return fmt.Errorf("tenantdb: Move of tenant %q: connections still opening on server %q: %w", tenantID, from.Server, err)
+	}
 	if cutover != nil {
 		if err := runCutover(ctx, cutover); err != nil {
 			return fmt.Errorf("tenantdb: Move of tenant %q: cutover: %w", tenantID, err)
@@ -78,6 +83,44 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	switched = true
 	if err := d.Resume(&to); err != nil {
 		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+// awaitConnects waits until no connection is opening to the database of
+// tenant on server (database as in its placement): pgxpool goes on with a
+// connect whose call gave up, and the new session's setup would run on the
+// old server after the fence.
+func (p *Pool) awaitConnects(ctx context.Context, tenant, server, database string) error {
+	d := p.servers[server]
+	if d == nil {
+		return nil
+	}
+	name := database
+	if name == "" && d.name != nil {
+		var err error
+		if name, err = d.tenantDatabase(tenant); err != nil {
+			return nil // its calls failed before connecting
+		}
+	}
+	pg := d.admin.pg
+	if name != "" {
+		d.mu.Lock()
+		db := d.byName[name]
+		d.mu.Unlock()
+		if db == nil {
+			return nil
+		}
+		pg = db.pg
+	}
+	tick := time.NewTicker(time.Millisecond) // pgxpool tells no end of a connect
+	defer tick.Stop()
+	for pg.Stat().ConstructingConns() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package tenantdb
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -260,6 +262,45 @@ func (b *tenantBatchResults) Close() (err error) {
 // inTransaction reports whether conn is open and inside a transaction.
 func inTransaction(conn *pgx.Conn) bool {
 	return !conn.IsClosed() && conn.PgConn().TxStatus() != 'I'
+}
+
+// Exec, Query and QueryRow make the error of a statement that a Move or a
+// revoked cluster slot stopped match its cause (ErrMoved, ErrRevoked), as
+// Close's does.
+func (b *tenantBatchResults) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.wrap(err)
+}
+
+func (b *tenantBatchResults) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	return rows, b.wrap(err)
+}
+
+func (b *tenantBatchResults) QueryRow() pgx.Row {
+	return batchRow{row: b.BatchResults.QueryRow(), b: b}
+}
+
+// batchRow is a batch's row whose Scan error matches the cause of a stop.
+type batchRow struct {
+	row pgx.Row
+	b   *tenantBatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error { return r.b.wrap(r.row.Scan(dest...)) }
+
+// wrap makes err match ErrMoved or ErrRevoked when either stopped the
+// batch's work.
+func (b *tenantBatchResults) wrap(err error) error {
+	g := b.h.guard
+	if b.tx != nil {
+		g = b.tx.h.guard
+	}
+	cause := g.err()
+	if err == nil || cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }
 
 func (b *tenantBatchResults) Tx() pgx.Tx {

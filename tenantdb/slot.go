@@ -93,6 +93,11 @@ func (s *Slot) Attach(c *pgconn.PgConn) {
 // work must stop, and further statements fail with ErrRevoked.
 func (s *Slot) Revoked() bool { return s.g.isRevoked() }
 
+// Err returns nil, or the error the slot's work was stopped with, which its
+// further statements fail with: ErrRevoked, or ErrMoved when Pool.Move
+// ended it.
+func (s *Slot) Err() error { return s.g.err() }
+
 // Detach stops watching the attached connection, waiting for a
 // CancelRequest in flight and closing the connection it was sent to: call it
 // before the connection goes back to the shared pool (which destroys a closed

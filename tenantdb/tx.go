@@ -77,12 +77,10 @@ func (tx *tenantTx) LargeObjects() pgx.LargeObjects {
 	return tx.Tx.LargeObjects()
 }
 
-// revoked returns ErrRevoked once the transaction's cluster slot was revoked.
+// revoked returns ErrRevoked once the transaction's cluster slot was
+// revoked, ErrMoved once a Move ended it.
 func (tx *tenantTx) revoked() error {
-	if tx.h.guard.isRevoked() {
-		return ErrRevoked
-	}
-	return nil
+	return tx.h.guard.err()
 }
 
 func (tx *tenantTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -177,6 +177,8 @@ func TestServers(t *testing.T) {
 	t.Run("Program", f.testProgram)
 	t.Run("MoveUnderLoad", f.testMoveUnderLoad)
 	t.Run("MoveEndsLongCalls", f.testMoveEndsLongCalls)
+	t.Run("MoveEndsCallsOnEveryPath", f.testMoveEndsEveryPath)
+	t.Run("MoveAwaitsConnectsOfEndedCalls", f.testMoveAwaitsConnects)
 	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
