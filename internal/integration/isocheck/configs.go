@@ -33,6 +33,7 @@ type config struct {
 	cluster    bool // Config.Cluster: the Redis limiter, reached through a proxy that cuts it off
 	failClosed bool // the limiter's Mode is FailClosed (else FailOpen, its default)
 	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
+	servers    bool // tenantdb.NewServers over three servers, tenants moved between them (servers.go)
 }
 
 // configs lists every configuration, in the order -config all runs them.
@@ -54,6 +55,8 @@ var configs = []config{
 	{name: "adaptive", scope: tenantdb.ScopeSession, setting: true, adaptive: true},
 	{name: "cluster", scope: tenantdb.ScopeSession, setting: true, cluster: true},
 	{name: "cluster-closed", scope: tenantdb.ScopeSession, setting: true, cluster: true, failClosed: true},
+	{name: "servers", scope: tenantdb.ScopeSession, setting: true, servers: true},
+	{name: "servers-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true},
 }
 
 func findConfig(name string) (config, bool) {

@@ -32,6 +32,7 @@ type env struct {
 	proxy       *proxy
 	redisProxy  *proxy // between the cluster limiter and Redis, which it cuts off (redisfault.go)
 	tenants     []string
+	srv         *srvEnv // the servers configuration's, once it ran (servers.go)
 	stopped     []func()
 }
 

@@ -168,7 +168,11 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 			ro.maxConns = o.maxConns
 		}
 		start := time.Now()
-		rc, err := runOnce(ctx, e, c, ro)
+		run := runOnce
+		if c.servers {
+			run = runServers
+		}
+		rc, err := run(ctx, e, c, ro)
 		if err != nil {
 			return t, fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -182,6 +186,9 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 			c.name, seed, ro.maxConns, rc.ops.Load(), rc.faults.Load(), rc.hostiles.Load(), len(vs), time.Since(start).Round(time.Millisecond))
 		if d, r := rc.dbDrops.Load(), rc.redisOut.Load(); d+r > 0 {
 			fmt.Fprintf(out, "  of the faults: %d databases dropped and created again, %d Redis cut-offs\n", d, r)
+		}
+		if c.servers {
+			fmt.Fprintf(out, "  %d tenants on %d servers: %d moves, %d failed\n", srvTenants, numServers, rc.srvMoves, rc.srvMoveFails)
 		}
 		if a := rc.adapters; a != nil {
 			fmt.Fprintf(out, "  through the adapters: %d HTTP requests, %d jobs accepted and run\n", a.nextCall.Load(), a.ran.Load())
@@ -213,7 +220,10 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 				fmt.Fprintf(out, "  VIOLATION at %v: %s\n", v.at.Round(time.Millisecond), v.msg)
 			}
 		}
-		if o.shrink > 0 {
+		if o.shrink > 0 && c.servers {
+			fmt.Fprintf(out, "  not shortened (the servers configuration has no replay): go run ./internal/integration/isocheck -config %s -seed %d -maxconns %d\n",
+				c.name, seed, ro.maxConns)
+		} else if o.shrink > 0 {
 			short, ok := shrink(ctx, e, c, ro, rc, o.shrink, out)
 			if ok {
 				fmt.Fprintf(out, "  shortened to %d ops that still fail with %q (config %s, seed %d, MaxConns %d):\n",

@@ -58,9 +58,10 @@ type runCtx struct {
 	adapters *adapters // the HTTP middleware and the Runner (adapters.go)
 	// excl is held shared by every op and fault, and alone by an op of the
 	// tenant with a bad role, which must run with nothing else.
-	excl              sync.RWMutex
-	adminMu           sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
-	dbDrops, redisOut atomic.Int64
+	excl                   sync.RWMutex
+	adminMu                sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
+	dbDrops, redisOut      atomic.Int64
+	srvMoves, srvMoveFails int // the servers configuration's Moves done and failed
 }
 
 func (rc *runCtx) violate(seq int64, msg string) {
