@@ -489,16 +489,19 @@ func (sr *srvRun) faultLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Ran
 	}
 }
 
-// moveLoop moves a random tenant to another server now and then, with a
-// random grace, while the workers run; its cut-over checks the fence.
+// moveLoop moves a random tenant to another server now and then (the
+// first within 0.1 s), with a random grace, while the workers run; its
+// cut-over checks the fence.
 func (sr *srvRun) moveLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Rand, tenants []string) {
 	defer wg.Done()
+	wait := time.Duration(20+r.IntN(80)) * time.Millisecond // the first soon: CI's runs last a second
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(200+r.IntN(1500)) * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = time.Duration(200+r.IntN(1500)) * time.Millisecond
 		t := tenants[r.IntN(len(tenants))]
 		sr.mu.Lock()
 		from := sr.dir[t]
