@@ -126,15 +126,15 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.
 		if !e.havePooler {
 			return nil, "", nil, errNoPooler
 		}
-		// A PgBouncer of the run's own: 1.18 can die of the workload
-		// ("server in bad state"), and a run must not inherit that.
-		b, err := startBouncer(ctx, e)
+		// A PgBouncer of the run's own, behind a proxy that lets the run
+		// replace it when it dies (bouncer.go).
+		f, err := startBouncerFront(ctx, e)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		e.bouncer = b
-		closeExtra = func() { b.Terminate() }
-		dsn = b.DSNFor(loginRole, loginPass)
+		e.bouncer = f
+		closeExtra = func() { f.close(); e.bouncer = nil }
+		dsn = f.dsn()
 	}
 	if c.proxied {
 		u, err := url.Parse(dsn)

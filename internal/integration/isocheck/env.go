@@ -21,7 +21,7 @@ var (
 // schemas and databases, PgBouncer and Redis where they can be had.
 type env struct {
 	pg          *tenantdbtest.Postgres
-	bouncer     *tenantdbtest.PgBouncer // the pooler run's, while it runs
+	bouncer     *bouncerFront // the pooler run's, while it runs
 	havePooler  bool
 	redis       *tenantdbtest.Redis
 	redisAddr   string

@@ -222,12 +222,23 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 		// sooner replays an earlier failure (issue 51, 7).
 		return ""
 	}
+	if rc.cfg.pooler && (connLost(err) || strings.Contains(err.Error(), "connection refused")) {
+		// PgBouncer itself may be gone (its bug, bouncer.go): started
+		// again, a fault; if it cannot be, the run stops and says so.
+		rc.faulting.Store(true)
+		died, ok := rc.env.bouncer.revive()
+		if died {
+			rc.faults.Add(1)
+			rc.faultUntil(time.Now().Add(2 * time.Second))
+		}
+		rc.faulting.Store(false)
+		if !ok {
+			rc.poolerDied.Store(true)
+			return ""
+		}
+	}
 	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
-	}
-	if rc.cfg.pooler && strings.Contains(err.Error(), "connection refused") {
-		rc.poolerDied.Store(true) // PgBouncer itself is gone: the run stops, the report says so
-		return ""
 	}
 	return fmt.Sprintf("unexpected error: %v", err)
 }

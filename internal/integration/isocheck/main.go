@@ -196,12 +196,18 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		if top := rc.topAccepted(3); top != "" {
 			fmt.Fprintf(out, "  accepted errors%s\n", top)
 		}
-		if rc.poolerDied.Load() {
+		if rc.poolerDied.Load() || rc.poolerRestarts > 0 {
 			log := rc.poolerLog
 			if i := strings.LastIndex(log, "FATAL"); i >= 0 {
 				log = log[i:]
 			}
-			fmt.Fprintf(out, "  the run stopped early: PgBouncer died (%s)\n", strings.TrimSpace(log[:min(len(log), 200)]))
+			log = strings.TrimSpace(log[:min(len(log), 200)])
+			if rc.poolerRestarts > 0 {
+				fmt.Fprintf(out, "  PgBouncer died %d times and was started again, each counted as a fault (last: %s)\n", rc.poolerRestarts, log)
+			}
+			if rc.poolerDied.Load() {
+				fmt.Fprintf(out, "  the run stopped early: PgBouncer died and could not be started again\n")
+			}
 		}
 		if len(vs) == 0 {
 			continue

@@ -41,8 +41,9 @@ type runCtx struct {
 	seq, ops, hostiles, faults atomic.Int64
 	lastFault                  atomic.Int64 // unix nanos: errors of ops running until then may be a fault's
 	faulting                   atomic.Bool  // a fault is under way
-	poolerDied                 atomic.Bool  // PgBouncer refused connections: the run stops
-	poolerLog                  string
+	poolerDied                 atomic.Bool  // PgBouncer died and could not be started again: the run stops
+	poolerRestarts             int          // PgBouncer died and was started again (bouncer.go)
+	poolerLog                  string       // the log of the last PgBouncer that died
 
 	mu          sync.Mutex
 	violations  []violation
@@ -318,8 +319,8 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	rc.audit(context.Background())
 	rc.auditDatabases(context.Background())
 	rc.db.Close()
-	if rc.poolerDied.Load() && e.bouncer != nil {
-		rc.poolerLog = e.bouncer.Log()
+	if c.pooler && e.bouncer != nil {
+		rc.poolerRestarts, rc.poolerLog = e.bouncer.died()
 	}
 	closePool()
 	if c.cluster {
