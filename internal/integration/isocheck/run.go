@@ -122,6 +122,10 @@ func (rc *runCtx) afterOp() {
 	}
 	rc.mu.Unlock()
 	if undo {
+		// A fault like the others: never while the tenant with a bad role
+		// runs alone (badrole.go), whose connections it would end.
+		rc.excl.RLock()
+		defer rc.excl.RUnlock()
 		var b strings.Builder
 		for _, r := range rc.env.roles() {
 			fmt.Fprintf(&b, "alter role %s reset all;\n", r)
