@@ -82,3 +82,20 @@ func (f *bouncerFront) close() {
 	f.b.Terminate()
 	f.mu.Unlock()
 }
+
+// reviveBouncer starts another PgBouncer if the pooler run's died, a fault
+// whose errors are excused for a moment; it reports false, and stops the
+// run, when it cannot.
+func (rc *runCtx) reviveBouncer() bool {
+	rc.faulting.Store(true)
+	defer rc.faulting.Store(false)
+	died, ok := rc.env.bouncer.revive()
+	if died {
+		rc.faults.Add(1)
+		rc.faultUntil(time.Now().Add(2 * time.Second))
+	}
+	if !ok {
+		rc.poolerDied.Store(true)
+	}
+	return ok
+}

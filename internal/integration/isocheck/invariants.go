@@ -225,15 +225,7 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 	if rc.cfg.pooler && (connLost(err) || strings.Contains(err.Error(), "connection refused")) {
 		// PgBouncer itself may be gone (its bug, bouncer.go): started
 		// again, a fault; if it cannot be, the run stops and says so.
-		rc.faulting.Store(true)
-		died, ok := rc.env.bouncer.revive()
-		if died {
-			rc.faults.Add(1)
-			rc.faultUntil(time.Now().Add(2 * time.Second))
-		}
-		rc.faulting.Store(false)
-		if !ok {
-			rc.poolerDied.Store(true)
+		if !rc.reviveBouncer() {
 			return ""
 		}
 	}
