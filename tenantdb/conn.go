@@ -134,7 +134,7 @@ func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	row, batch := c.h.run.queryRow(ctx, sql, args)
-	return &tenantRow{row: row, batch: batch, ref: c.ref}
+	return &tenantRow{row: row, batch: batch, ref: c.ref, g: c.h.guard}
 }
 
 // SendBatch sends b on the connection.
@@ -171,7 +171,7 @@ func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, err
 	if err != nil {
 		return nil, c.h.check(err)
 	}
-	return &connTx{Tx: tx, ref: c.ref}, nil
+	return &connTx{Tx: tx, ref: c.ref, g: c.h.guard}, nil
 }
 
 // Ping checks the connection.

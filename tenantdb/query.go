@@ -182,8 +182,9 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 type tenantRow struct {
 	row   pgx.Row
 	h     held
-	batch closer  // ScopeTransaction's batch or transaction, or nil
-	ref   liveRef // the Conn's, or zero for a Pool's QueryRow
+	batch closer       // ScopeTransaction's batch or transaction, or nil
+	ref   liveRef      // the Conn's, or zero for a Pool's QueryRow
+	g     *revokeGuard // a Conn's or Tx's: its error matches ErrMoved or ErrRevoked when either stopped the work
 }
 
 func (r *tenantRow) Scan(dest ...any) (err error) {
@@ -191,7 +192,11 @@ func (r *tenantRow) Scan(dest ...any) (err error) {
 		return err
 	}
 	defer r.release(&err)
-	return r.row.Scan(dest...)
+	err = r.row.Scan(dest...)
+	if r.g != nil {
+		err = r.g.wrap(err)
+	}
+	return err
 }
 
 func (r *tenantRow) release(err *error) {

@@ -113,7 +113,9 @@ func (s *Slot) Detach() { s.g.stop() }
 // pgxpool destroys it. Call it after Detach and before Release. A
 // connection given back otherwise is reset when it next goes to another
 // tenant, on that tenant's path.
-func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, give) }
+func (s *Slot) Return(conn *pgx.Conn, give func()) {
+	s.session.returnConn(conn, give, s.calls.resetting(s.tenant))
+}
 
 // Release detaches the connection, if not done yet, and returns the slot to
 // its tenant. Only the first call has an effect.

@@ -164,18 +164,19 @@ func (f *fleet) testMoveEndsLongCalls(t *testing.T) {
 
 // testMoveEndsEveryPath moves a tenant whose one-minute statements run on
 // every path that holds a connection (the Pool's Exec and SendBatch,
-// database/sql through tenantsql, a Tx and an acquired Conn) with a 10 ms grace: each call fails
+// database/sql through tenantsql, a Tx's Exec and QueryRow, a savepoint of
+// a Tx, and an acquired Conn) with a 10 ms grace: each call fails
 // with an error matching ErrMoved, and so does the next statement of the Tx
 // and of the Conn (the isolation checker's servers configuration found
 // tenantsql's, the Tx's and the Conn's failing with ErrRevoked, as if a
-// cluster lease had been revoked, and a batch's result with a bare
-// context.Canceled).
+// cluster lease had been revoked, and a batch's result, a Tx's QueryRow
+// and a savepoint's statement with the bare 57014 of the cancel).
 func (f *fleet) testMoveEndsEveryPath(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	at := tenantdb.Placement{Server: "s2"}
-	p := f.pool(t, 6, tenantdb.Config{
-		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 5, MaxWaiting: tenantdb.Unbounded}},
+	p := f.pool(t, 8, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 7, MaxWaiting: tenantdb.Unbounded}},
 		Placement: func(context.Context, string) (tenantdb.Placement, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -204,6 +205,22 @@ func (f *fleet) testMoveEndsEveryPath(t *testing.T) {
 			_, err = tx.Exec(ctx, long)
 			_, next := tx.Exec(ctx, "select 1")
 			return []error{err, next}
+		},
+		"Tx.QueryRow": func() []error {
+			tx, err := p.Begin(as("mover"))
+			if err != nil {
+				return []error{err}
+			}
+			defer tx.Rollback(ctx)
+			return []error{tx.QueryRow(ctx, long).Scan(nil)}
+		},
+		"Tx savepoint": func() []error {
+			return []error{pgx.BeginFunc(as("mover"), p, func(tx pgx.Tx) error {
+				return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+					_, err := sp.Exec(ctx, long)
+					return err
+				})
+			})}
 		},
 		"Conn": func() []error {
 			c, err := p.Acquire(as("mover"))
