@@ -232,6 +232,12 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
 	}
+	if rc.cfg.pooler && isPg && pgErr.Code == "57P01" && rc.faults.Load() > 0 {
+		// A backend the fault loop ended while PgBouncer held it idle: PgBouncer
+		// hands the server connection out later, and its FATAL reaches
+		// whichever client's statement comes first, beyond the window above.
+		return ""
+	}
 	return fmt.Sprintf("unexpected error: %v", err)
 }
 
