@@ -232,10 +232,11 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
 	}
-	if rc.cfg.pooler && isPg && pgErr.Code == "57P01" && rc.faults.Load() > 0 {
-		// A backend the fault loop ended while PgBouncer held it idle: PgBouncer
-		// hands the server connection out later, and its FATAL reaches
-		// whichever client's statement comes first, beyond the window above.
+	if rc.cfg.pooler && isPg && pgErr.Code == "57P01" {
+		// A backend the fault loop or a tenant's terminate-own-backend ended
+		// while PgBouncer held it: PgBouncer hands the server connection out
+		// later, and its FATAL reaches whichever client's statement comes
+		// first, beyond the window above. Nothing else here ends backends.
 		return ""
 	}
 	return fmt.Sprintf("unexpected error: %v", err)
