@@ -10,8 +10,9 @@ type TenantStat struct {
 	Tenant string
 	Plan   string
 	// Server is the server its permits are granted on (Config.Servers); ""
-	// without servers.
-	Server string
+	// without servers. Database is the database of its placement there
+	// (Config.Placement), "" for the default.
+	Server, Database string
 	// Limit is the tenant's cap; Reserved its reservation in force.
 	Limit, Reserved int
 	// EffectiveLimit is how many permits the tenant may hold now: Limit, or
@@ -178,6 +179,9 @@ func (g *Gate) tenantStatLocked(t *tenant) TenantStat {
 		TimedOut: t.outcomes[TimedOut], Cancelled: t.outcomes[Cancelled],
 		WaitTime: time.Duration(t.waitTotal), HoldTime: time.Duration(t.holdTotal),
 		AvgHold: time.Duration(t.avgHold),
+	}
+	if t.place != nil {
+		s.Database = t.place.Database
 	}
 	if t.plan.Budget.Rate > 0 {
 		s.Budgeted = true

@@ -88,7 +88,8 @@ func (c Conn) Hijack() *pgx.Conn {
 // use starts a call on the Conn, which ends with c.ref.leave(), or
 // returns ErrConnReleased after the Conn's Release (ErrMaxHold or
 // ErrIdleInTransaction with it when its time limits released it) and
-// ErrRevoked once its cluster slot was revoked.
+// ErrRevoked once its cluster slot was revoked (ErrMoved once Pool.Move
+// ended its call).
 func (c Conn) use() error {
 	if c.ref.life == nil {
 		return ErrConnReleased
@@ -96,9 +97,9 @@ func (c Conn) use() error {
 	if err := c.ref.enter(); err != nil {
 		return err
 	}
-	if c.h.guard.isRevoked() {
+	if err := c.h.guard.err(); err != nil {
 		c.ref.leave()
-		return ErrRevoked
+		return err // ErrRevoked, or ErrMoved
 	}
 	return nil
 }
@@ -133,7 +134,7 @@ func (c Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	row, batch := c.h.run.queryRow(ctx, sql, args)
-	return &tenantRow{row: row, batch: batch, ref: c.ref}
+	return &tenantRow{row: row, batch: batch, ref: c.ref, g: c.h.guard}
 }
 
 // SendBatch sends b on the connection.
@@ -170,7 +171,7 @@ func (c Conn) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, err
 	if err != nil {
 		return nil, c.h.check(err)
 	}
-	return &connTx{Tx: tx, ref: c.ref}, nil
+	return &connTx{Tx: tx, ref: c.ref, g: c.h.guard}, nil
 }
 
 // Ping checks the connection.

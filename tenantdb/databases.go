@@ -292,7 +292,7 @@ func (u *dbUse) done() {
 // without connecting.
 func (db *database) connectError(ctx context.Context, tenant string, err error) error {
 	if db.d.server != "" && serverDown(ctx, err) {
-		defer func() { db.d.markDown(err) }()
+		db.d.markDown(connectCause{err}) // the server's other tenants see it: no tenant, no database in its text
 	}
 	var ce *pgconn.ConnectError
 	where := fmt.Sprintf("database %q", db.name)
@@ -300,11 +300,11 @@ func (db *database) connectError(ctx context.Context, tenant string, err error) 
 		where = fmt.Sprintf("database %q on server %q", db.name, db.d.server)
 	}
 	if errors.As(err, &ce) {
-		err = fmt.Errorf("tenantdb: connect to %s of tenant %q: %w", where, tenant, err)
 		if serverFailed(err) {
-			db.failed.Store(&connectFailure{err: err, until: time.Now().Add(failHold)})
+			// The database's other tenants see it: it names no tenant.
+			db.failed.Store(&connectFailure{err: fmt.Errorf("tenantdb: connect to %s: %w", where, err), until: time.Now().Add(failHold)})
 		}
-		return err
+		return fmt.Errorf("tenantdb: connect to %s of tenant %q: %w", where, tenant, err)
 	}
 	return fmt.Errorf("tenantdb: %s of tenant %q: %w", where, tenant, err)
 }

@@ -140,7 +140,7 @@ func (h *held) release(err *error) {
 	h.calls.remove(h.tenant, h.guard)
 	h.guard.stop()
 	if h.conn != nil {
-		h.run.setup.release(h.conn, h.run.st)
+		h.run.setup.release(h.conn, h.run.st, h.calls.resetting(h.tenant))
 		h.conn = nil
 	}
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrMoved is matched by the error of a call ended by Pool.Move: it was
@@ -21,7 +23,9 @@ var ErrMoved = errors.New("tenantdb: the call outlasted its tenant's move to ano
 //  2. its calls in flight finish, or after grace are ended (ErrMoved):
 //     their statements cancelled on the server and their connections closed,
 //     each server process gone before the call's slot is released;
-//  3. fence: from then on nothing of the tenant runs on its old server;
+//  3. fence: from then on nothing of the tenant runs on its old server,
+//     not even the setup of a connection a call gave up on while it opened,
+//     nor the reset of a session released;
 //  4. cutover(ctx), yours: copy the data, and make Config.Placement answer
 //     to from now on (its next answer, after LookupTTL, is used);
 //  5. switch and resume: the tenant is placed at to and its waiting calls
@@ -50,6 +54,7 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	if err != nil {
 		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
 	}
+	from, _ := p.gate.TenantStat(tenantID)
 	switched := false
 	defer func() {
 		if !switched {
@@ -70,6 +75,9 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	case <-ctx.Done():
 		return fmt.Errorf("tenantdb: Move of tenant %q: draining: %w", tenantID, ctx.Err())
 	}
+	if err := p.awaitConnects(ctx, tenantID, from.Server, from.Database); err != nil {
+		return fmt.Errorf("tenantdb: Move of tenant %q: connections still opening on server %q: %w", tenantID, from.Server, err)
+	}
 	if cutover != nil {
 		if err := runCutover(ctx, cutover); err != nil {
 			return fmt.Errorf("tenantdb: Move of tenant %q: cutover: %w", tenantID, err)
@@ -78,6 +86,42 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	switched = true
 	if err := d.Resume(&to); err != nil {
 		return fmt.Errorf("tenantdb: Move of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+// awaitConnects waits until no connection is opening to the database of
+// tenant on server (database as in its placement), and no reset of its
+// sessions runs: pgxpool goes on with a connect whose call gave up, and a
+// release resets the session after the slot went back, both on the old
+// server after the fence otherwise.
+func (p *Pool) awaitConnects(ctx context.Context, tenant, server, database string) error {
+	var pg *pgxpool.Pool // nil: no connection of the tenant's database is opening
+	if d := p.servers[server]; d != nil {
+		name, err := database, error(nil)
+		if name == "" && d.name != nil {
+			name, err = d.tenantDatabase(tenant) // an error: its calls failed before connecting
+		}
+		switch {
+		case err != nil:
+		case name == "":
+			pg = d.admin.pg
+		default:
+			d.mu.Lock()
+			if db := d.byName[name]; db != nil {
+				pg = db.pg
+			}
+			d.mu.Unlock()
+		}
+	}
+	tick := time.NewTicker(time.Millisecond) // pgxpool tells no end of a connect, nor the resets theirs
+	defer tick.Stop()
+	for pg != nil && pg.Stat().ConstructingConns() > 0 || p.calls.resetsOf(tenant) > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
 	}
 	return nil
 }
@@ -97,6 +141,38 @@ func runCutover(ctx context.Context, cutover func(context.Context) error) (err e
 type inflight struct {
 	mu       sync.Mutex
 	byTenant map[string]map[*revokeGuard]struct{} // guarded by mu
+	resets   map[string]int                       // guarded by mu: resets of each tenant's sessions running after its calls
+}
+
+// resetting returns the hook by which a release tells of a reset of
+// tenant's session that runs after the call's slot went back; nil without
+// NewServers.
+func (f *inflight) resetting(tenant string) func() func() {
+	if f == nil {
+		return nil
+	}
+	return func() func() {
+		f.mu.Lock()
+		if f.resets == nil {
+			f.resets = make(map[string]int)
+		}
+		f.resets[tenant]++
+		f.mu.Unlock()
+		return func() {
+			f.mu.Lock()
+			if f.resets[tenant]--; f.resets[tenant] == 0 {
+				delete(f.resets, tenant)
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// resetsOf counts the resets of tenant's sessions running now.
+func (f *inflight) resetsOf(tenant string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resets[tenant]
 }
 
 func (f *inflight) add(tenant string, g *revokeGuard) {

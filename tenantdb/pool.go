@@ -240,7 +240,7 @@ func (p *Pool) ping(ctx context.Context) error {
 		return err
 	}
 	err = c.Ping(ctx)
-	p.session.release(c, nil)
+	p.session.release(c, nil, nil)
 	return err
 }
 

@@ -2,6 +2,8 @@ package tenantdb
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -180,8 +182,9 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 type tenantRow struct {
 	row   pgx.Row
 	h     held
-	batch closer  // ScopeTransaction's batch or transaction, or nil
-	ref   liveRef // the Conn's, or zero for a Pool's QueryRow
+	batch closer       // ScopeTransaction's batch or transaction, or nil
+	ref   liveRef      // the Conn's, or zero for a Pool's QueryRow
+	g     *revokeGuard // a Conn's or Tx's: its error matches ErrMoved or ErrRevoked when either stopped the work
 }
 
 func (r *tenantRow) Scan(dest ...any) (err error) {
@@ -189,7 +192,11 @@ func (r *tenantRow) Scan(dest ...any) (err error) {
 		return err
 	}
 	defer r.release(&err)
-	return r.row.Scan(dest...)
+	err = r.row.Scan(dest...)
+	if r.g != nil {
+		err = r.g.wrap(err)
+	}
+	return err
 }
 
 func (r *tenantRow) release(err *error) {
@@ -268,6 +275,45 @@ func (b *tenantBatchResults) Close() (err error) {
 // inTransaction reports whether conn is open and inside a transaction.
 func inTransaction(conn *pgx.Conn) bool {
 	return !conn.IsClosed() && conn.PgConn().TxStatus() != 'I'
+}
+
+// Exec, Query and QueryRow make the error of a statement that a Move or a
+// revoked cluster slot stopped match its cause (ErrMoved, ErrRevoked), as
+// Close's does.
+func (b *tenantBatchResults) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.wrap(err)
+}
+
+func (b *tenantBatchResults) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	return rows, b.wrap(err)
+}
+
+func (b *tenantBatchResults) QueryRow() pgx.Row {
+	return batchRow{row: b.BatchResults.QueryRow(), b: b}
+}
+
+// batchRow is a batch's row whose Scan error matches the cause of a stop.
+type batchRow struct {
+	row pgx.Row
+	b   *tenantBatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error { return r.b.wrap(r.row.Scan(dest...)) }
+
+// wrap makes err match ErrMoved or ErrRevoked when either stopped the
+// batch's work.
+func (b *tenantBatchResults) wrap(err error) error {
+	g := b.h.guard
+	if b.tx != nil {
+		g = b.tx.h.guard
+	}
+	cause := g.err()
+	if err == nil || cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }
 
 func (b *tenantBatchResults) Tx() pgx.Tx {

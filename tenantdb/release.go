@@ -191,8 +191,9 @@ func (s *sessionSetup) prepare(ctx context.Context, conn *pgx.Conn) (bool, error
 // buffered a notification for the holder that no reset can take back) is
 // closed before it goes back, and pgxpool destroys it, as it does a
 // connection returned closed, busy or inside a transaction. st is c's
-// connState, nil to look it up.
-func (s *sessionSetup) release(c *pgxpool.Conn, st *connState) {
+// connState, nil to look it up. resetting, if not nil, is told of a reset
+// that runs after release returns, and its result called when it ended.
+func (s *sessionSetup) release(c *pgxpool.Conn, st *connState, resetting func() func()) {
 	if s == nil || s.inHook {
 		c.Release()
 		return
@@ -205,15 +206,26 @@ func (s *sessionSetup) release(c *pgxpool.Conn, st *connState) {
 		c.Release()
 		return
 	}
+	ended := startReset(resetting)
 	go func() {
+		defer ended()
 		s.resetOrClose(conn, st)
 		c.Release()
 	}()
 }
 
+// startReset tells resetting (if not nil) of a reset starting, and
+// returns what to call when it ended.
+func startReset(resetting func() func()) func() {
+	if resetting == nil {
+		return func() {}
+	}
+	return resetting()
+}
+
 // returnConn is release for a connection that an adapter got from the
 // pgxpool itself (Slot.Return): give calls release to return it.
-func (s *sessionSetup) returnConn(conn *pgx.Conn, give func()) {
+func (s *sessionSetup) returnConn(conn *pgx.Conn, give func(), resetting func() func()) {
 	if s.inHook {
 		give()
 		return
@@ -223,7 +235,9 @@ func (s *sessionSetup) returnConn(conn *pgx.Conn, give func()) {
 		give()
 		return
 	}
+	ended := startReset(resetting)
 	go func() {
+		defer ended()
 		s.resetOrClose(conn, st)
 		give()
 	}()

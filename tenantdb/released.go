@@ -76,6 +76,15 @@ func (r liveRef) end() bool {
 type connTx struct {
 	pgx.Tx
 	ref liveRef
+	g   *revokeGuard // the Conn's or Tx's: errors match ErrMoved or ErrRevoked when either stopped the work
+}
+
+// wrap makes err match the cause of a stop of the work (revokeGuard.wrap).
+func (tx *connTx) wrap(err error) error {
+	if tx.g == nil {
+		return err
+	}
+	return tx.g.wrap(err)
 }
 
 func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -87,7 +96,7 @@ func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &connTx{Tx: nested, ref: tx.ref}, nil
+	return &connTx{Tx: nested, ref: tx.ref, g: tx.g}, nil
 }
 
 func (tx *connTx) Commit(ctx context.Context) error {
@@ -111,7 +120,8 @@ func (tx *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 		return pgconn.CommandTag{}, err
 	}
 	defer tx.ref.leave()
-	return tx.Tx.Exec(ctx, sql, args...)
+	tag, err := tx.Tx.Exec(ctx, sql, args...)
+	return tag, tx.wrap(err)
 }
 
 func (tx *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -121,7 +131,7 @@ func (tx *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	rows, err := tx.Tx.Query(ctx, sql, args...)
 	if err != nil {
 		tx.ref.leave()
-		return rows, err
+		return rows, tx.wrap(err)
 	}
 	return &tenantRows{Rows: rows, ref: tx.ref}, nil
 }
@@ -130,7 +140,7 @@ func (tx *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	if err := tx.ref.enter(); err != nil {
 		return errRow{err}
 	}
-	return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), ref: tx.ref}
+	return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), ref: tx.ref, g: tx.g}
 }
 
 func (tx *connTx) Conn() *pgx.Conn {

@@ -145,6 +145,20 @@ func (g *revokeGuard) end(closeCancelled bool) {
 	})
 }
 
+// err returns nil, or the cause the admission's work was stopped with:
+// ErrRevoked, or ErrMoved.
+func (g *revokeGuard) err() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.revoked {
+		return nil
+	}
+	return g.cause
+}
+
 // isRevoked reports whether the lease was revoked.
 func (g *revokeGuard) isRevoked() bool {
 	if g == nil {

@@ -18,6 +18,26 @@ import (
 // not affected.
 var ErrServerDown = errors.New("tenantdb: server down")
 
+// connectCause is a failed connect kept for a server known down, which
+// the calls of the server's other tenants fail with: its text is what
+// failed (the address, the network's or the server's error), without the
+// tenant, database and user of the call that saw it; errors.As still
+// finds the whole.
+type connectCause struct{ err error }
+
+func (c connectCause) Error() string {
+	var ce *pgconn.ConnectError
+	if errors.As(c.err, &ce) {
+		if inner := ce.Unwrap(); inner != nil {
+			return "a connect failed: " + inner.Error()
+		}
+		return "a connect failed"
+	}
+	return c.err.Error()
+}
+
+func (c connectCause) Unwrap() error { return c.err }
+
 // downHold is how long a server whose connect failed fails its tenants'
 // calls without connecting, before one call tries again.
 const downHold = failHold

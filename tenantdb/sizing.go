@@ -292,7 +292,7 @@ func (p *Pool) checkServer(ctx context.Context, pg *pgxpool.Pool, name string, p
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", what, err)
 	}
-	defer p.session.release(c, nil)
+	defer p.session.release(c, nil, nil)
 	var pid uint32
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
 		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)

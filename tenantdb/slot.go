@@ -93,6 +93,11 @@ func (s *Slot) Attach(c *pgconn.PgConn) {
 // work must stop, and further statements fail with ErrRevoked.
 func (s *Slot) Revoked() bool { return s.g.isRevoked() }
 
+// Err returns nil, or the error the slot's work was stopped with, which its
+// further statements fail with: ErrRevoked, or ErrMoved when Pool.Move
+// ended it.
+func (s *Slot) Err() error { return s.g.err() }
+
 // Detach stops watching the attached connection, waiting for a
 // CancelRequest in flight and closing the connection it was sent to: call it
 // before the connection goes back to the shared pool (which destroys a closed
@@ -108,7 +113,9 @@ func (s *Slot) Detach() { s.g.stop() }
 // pgxpool destroys it. Call it after Detach and before Release. A
 // connection given back otherwise is reset when it next goes to another
 // tenant, on that tenant's path.
-func (s *Slot) Return(conn *pgx.Conn, give func()) { s.session.returnConn(conn, give) }
+func (s *Slot) Return(conn *pgx.Conn, give func()) {
+	s.session.returnConn(conn, give, s.calls.resetting(s.tenant))
+}
 
 // Release detaches the connection, if not done yet, and returns the slot to
 // its tenant. Only the first call has an effect.

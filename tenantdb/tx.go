@@ -82,12 +82,10 @@ func (tx *tenantTx) LargeObjects() pgx.LargeObjects {
 	return tx.Tx.LargeObjects()
 }
 
-// revoked returns ErrRevoked once the transaction's cluster slot was revoked.
+// revoked returns ErrRevoked once the transaction's cluster slot was
+// revoked, ErrMoved once a Move ended it.
 func (tx *tenantTx) revoked() error {
-	if tx.h.guard.isRevoked() {
-		return ErrRevoked
-	}
-	return nil
+	return tx.h.guard.err()
 }
 
 func (tx *tenantTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -122,12 +120,12 @@ func (tx *tenantTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 		return errRow{err}
 	}
 	if tx.w == nil {
-		return tx.Tx.QueryRow(ctx, sql, args...)
+		return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), g: tx.h.guard}
 	}
 	if err := tx.w.enter(); err != nil {
 		return errRow{err}
 	}
-	return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), ref: liveRef{w: tx.w}} // busy until scanned
+	return &tenantRow{row: tx.Tx.QueryRow(ctx, sql, args...), ref: liveRef{w: tx.w}, g: tx.h.guard} // busy until scanned
 }
 
 func (tx *tenantTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
@@ -171,7 +169,11 @@ func (tx *tenantTx) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	if tx.w == nil {
-		return tx.Tx.Begin(ctx)
+		nested, err := tx.Tx.Begin(ctx)
+		if err != nil {
+			return nil, tx.h.guard.wrap(err)
+		}
+		return &connTx{Tx: nested, g: tx.h.guard}, nil
 	}
 	if err := tx.w.enter(); err != nil {
 		return nil, err
@@ -181,5 +183,5 @@ func (tx *tenantTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &connTx{Tx: nested, ref: liveRef{w: tx.w}}, nil // a savepoint: its calls are the Tx's
+	return &connTx{Tx: nested, ref: liveRef{w: tx.w}, g: tx.h.guard}, nil // a savepoint: its calls are the Tx's
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -111,18 +112,20 @@ func (cn *conn) ready(ctx context.Context) error {
 		return fmt.Errorf("%w: the context carries tenant %q, the connection is tenant %q's",
 			ErrTenantMismatch, id, cn.slot.Tenant())
 	}
-	if cn.slot.Revoked() {
-		return tenantdb.ErrRevoked
-	}
-	return nil
+	return cn.slot.Err() // tenantdb.ErrRevoked, or ErrMoved
 }
 
-// wrap makes err, from work stopped by a revocation, match tenantdb.ErrRevoked.
+// wrap makes err, from work stopped by a revocation or a move, match
+// tenantdb.ErrRevoked or ErrMoved.
 func (cn *conn) wrap(err error) error {
-	if err == nil || cn.slot == nil || !cn.slot.Revoked() {
+	if err == nil || cn.slot == nil {
 		return err
 	}
-	return fmt.Errorf("%w: %w", tenantdb.ErrRevoked, err)
+	cause := cn.slot.Err()
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }
 
 func (cn *conn) Prepare(query string) (driver.Stmt, error) {
@@ -231,8 +234,8 @@ func (cn *conn) Ping(ctx context.Context) error {
 	if cn.pg == nil {
 		return cn.c.p.Ping(ctx)
 	}
-	if cn.slot.Revoked() {
-		return tenantdb.ErrRevoked
+	if err := cn.slot.Err(); err != nil {
+		return err
 	}
 	if err := cn.w.Enter(); err != nil {
 		return err

@@ -48,6 +48,7 @@ func (rc *runCtx) execBadRole(o op) []string {
 		return nil // the pool did not come to rest: nothing can be told
 	}
 	before := rc.destroyed()
+	deaths := rc.bouncerDeaths()
 	var bad []string
 	for range 2 {
 		ctx, cancel := context.WithTimeout(tenantdb.WithTenant(rc.ctx, badTenant), 20*time.Second)
@@ -70,10 +71,24 @@ func (rc *runCtx) execBadRole(o op) []string {
 	if !rc.rest() {
 		return bad
 	}
+	if rc.bouncerDeaths() != deaths {
+		return nil // PgBouncer died meanwhile (bouncer.go): its connections broke, nothing can be told
+	}
 	if n := rc.destroyed() - before; n > 0 {
 		bad = append(bad, fmt.Sprintf("tenant %s, whose role does not exist, closed %d connections of the shared pool", badTenant, n))
 	}
 	return bad
+}
+
+// bouncerDeaths counts the deaths of the pooler run's PgBouncer, after
+// checking that it is alive (and starting another if it is not).
+func (rc *runCtx) bouncerDeaths() int {
+	if !rc.cfg.pooler || rc.env.bouncer == nil {
+		return 0
+	}
+	rc.reviveBouncer()
+	n, _ := rc.env.bouncer.died()
+	return n
 }
 
 // rest waits until no connection of the pool is acquired (a release's

@@ -33,6 +33,7 @@ type config struct {
 	cluster    bool // Config.Cluster: the Redis limiter, reached through a proxy that cuts it off
 	failClosed bool // the limiter's Mode is FailClosed (else FailOpen, its default)
 	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
+	servers    bool // tenantdb.NewServers over three servers, tenants moved between them (servers.go)
 }
 
 // configs lists every configuration, in the order -config all runs them.
@@ -54,6 +55,8 @@ var configs = []config{
 	{name: "adaptive", scope: tenantdb.ScopeSession, setting: true, adaptive: true},
 	{name: "cluster", scope: tenantdb.ScopeSession, setting: true, cluster: true},
 	{name: "cluster-closed", scope: tenantdb.ScopeSession, setting: true, cluster: true, failClosed: true},
+	{name: "servers", scope: tenantdb.ScopeSession, setting: true, servers: true},
+	{name: "servers-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true},
 }
 
 func findConfig(name string) (config, bool) {
@@ -123,15 +126,15 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.
 		if !e.havePooler {
 			return nil, "", nil, errNoPooler
 		}
-		// A PgBouncer of the run's own: 1.18 can die of the workload
-		// ("server in bad state"), and a run must not inherit that.
-		b, err := startBouncer(ctx, e)
+		// A PgBouncer of the run's own, behind a proxy that lets the run
+		// replace it when it dies (bouncer.go).
+		f, err := startBouncerFront(ctx, e)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		e.bouncer = b
-		closeExtra = func() { b.Terminate() }
-		dsn = b.DSNFor(loginRole, loginPass)
+		e.bouncer = f
+		closeExtra = func() { f.close(); e.bouncer = nil }
+		dsn = f.dsn()
 	}
 	if c.proxied {
 		u, err := url.Parse(dsn)

@@ -21,7 +21,7 @@ var (
 // schemas and databases, PgBouncer and Redis where they can be had.
 type env struct {
 	pg          *tenantdbtest.Postgres
-	bouncer     *tenantdbtest.PgBouncer // the pooler run's, while it runs
+	bouncer     *bouncerFront // the pooler run's, while it runs
 	havePooler  bool
 	redis       *tenantdbtest.Redis
 	redisAddr   string
@@ -32,6 +32,7 @@ type env struct {
 	proxy       *proxy
 	redisProxy  *proxy // between the cluster limiter and Redis, which it cuts off (redisfault.go)
 	tenants     []string
+	srv         *srvEnv // the servers configuration's, once it ran (servers.go)
 	stopped     []func()
 }
 

@@ -222,11 +222,21 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 		// sooner replays an earlier failure (issue 51, 7).
 		return ""
 	}
+	if rc.cfg.pooler && (connLost(err) || strings.Contains(err.Error(), "connection refused")) {
+		// PgBouncer itself may be gone (its bug, bouncer.go): started
+		// again, a fault; if it cannot be, the run stops and says so.
+		if !rc.reviveBouncer() {
+			return ""
+		}
+	}
 	if rc.faultSince(started) && connLost(err) {
 		return "" // a fault of the checker's own ended the backend or the connection
 	}
-	if rc.cfg.pooler && strings.Contains(err.Error(), "connection refused") {
-		rc.poolerDied.Store(true) // PgBouncer itself is gone: the run stops, the report says so
+	if rc.cfg.pooler && isPg && pgErr.Code == "57P01" {
+		// A backend the fault loop or a tenant's terminate-own-backend ended
+		// while PgBouncer held it: PgBouncer hands the server connection out
+		// later, and its FATAL reaches whichever client's statement comes
+		// first, beyond the window above. Nothing else here ends backends.
 		return ""
 	}
 	return fmt.Sprintf("unexpected error: %v", err)

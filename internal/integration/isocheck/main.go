@@ -168,7 +168,11 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 			ro.maxConns = o.maxConns
 		}
 		start := time.Now()
-		rc, err := runOnce(ctx, e, c, ro)
+		run := runOnce
+		if c.servers {
+			run = runServers
+		}
+		rc, err := run(ctx, e, c, ro)
 		if err != nil {
 			return t, fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -183,18 +187,27 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		if d, r := rc.dbDrops.Load(), rc.redisOut.Load(); d+r > 0 {
 			fmt.Fprintf(out, "  of the faults: %d databases dropped and created again, %d Redis cut-offs\n", d, r)
 		}
+		if c.servers {
+			fmt.Fprintf(out, "  %d tenants on %d servers: %d moves, %d failed\n", srvTenants, numServers, rc.srvMoves, rc.srvMoveFails)
+		}
 		if a := rc.adapters; a != nil {
 			fmt.Fprintf(out, "  through the adapters: %d HTTP requests, %d jobs accepted and run\n", a.nextCall.Load(), a.ran.Load())
 		}
 		if top := rc.topAccepted(3); top != "" {
 			fmt.Fprintf(out, "  accepted errors%s\n", top)
 		}
-		if rc.poolerDied.Load() {
+		if rc.poolerDied.Load() || rc.poolerRestarts > 0 {
 			log := rc.poolerLog
 			if i := strings.LastIndex(log, "FATAL"); i >= 0 {
 				log = log[i:]
 			}
-			fmt.Fprintf(out, "  the run stopped early: PgBouncer died (%s)\n", strings.TrimSpace(log[:min(len(log), 200)]))
+			log = strings.TrimSpace(log[:min(len(log), 200)])
+			if rc.poolerRestarts > 0 {
+				fmt.Fprintf(out, "  PgBouncer died %d times and was started again, each counted as a fault (last: %s)\n", rc.poolerRestarts, log)
+			}
+			if rc.poolerDied.Load() {
+				fmt.Fprintf(out, "  the run stopped early: PgBouncer died and could not be started again\n")
+			}
 		}
 		if len(vs) == 0 {
 			continue
@@ -213,7 +226,10 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 				fmt.Fprintf(out, "  VIOLATION at %v: %s\n", v.at.Round(time.Millisecond), v.msg)
 			}
 		}
-		if o.shrink > 0 {
+		if o.shrink > 0 && c.servers {
+			fmt.Fprintf(out, "  not shortened (the servers configuration has no replay): go run ./internal/integration/isocheck -config %s -seed %d -maxconns %d\n",
+				c.name, seed, ro.maxConns)
+		} else if o.shrink > 0 {
 			short, ok := shrink(ctx, e, c, ro, rc, o.shrink, out)
 			if ok {
 				fmt.Fprintf(out, "  shortened to %d ops that still fail with %q (config %s, seed %d, MaxConns %d):\n",

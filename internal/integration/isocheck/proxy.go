@@ -15,7 +15,7 @@ import (
 // must get the context's error.
 type proxy struct {
 	ln     net.Listener
-	target string
+	target string      // guarded by mu
 	on     atomic.Bool // faults only while a run that wants them goes on
 	mu     sync.Mutex
 	rnd    *rand.Rand
@@ -46,7 +46,10 @@ func (p *proxy) accept() {
 			return
 		}
 		p.waitOpen()
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -142,6 +145,13 @@ func (p *proxy) cutOff(d time.Duration, drop bool) {
 		p.resume = nil
 		close(r)
 	}
+	p.mu.Unlock()
+}
+
+// setTarget points the proxy's new connections at target.
+func (p *proxy) setTarget(target string) {
+	p.mu.Lock()
+	p.target = target
 	p.mu.Unlock()
 }
 

@@ -41,8 +41,9 @@ type runCtx struct {
 	seq, ops, hostiles, faults atomic.Int64
 	lastFault                  atomic.Int64 // unix nanos: errors of ops running until then may be a fault's
 	faulting                   atomic.Bool  // a fault is under way
-	poolerDied                 atomic.Bool  // PgBouncer refused connections: the run stops
-	poolerLog                  string
+	poolerDied                 atomic.Bool  // PgBouncer died and could not be started again: the run stops
+	poolerRestarts             int          // PgBouncer died and was started again (bouncer.go)
+	poolerLog                  string       // the log of the last PgBouncer that died
 
 	mu          sync.Mutex
 	violations  []violation
@@ -58,9 +59,10 @@ type runCtx struct {
 	adapters *adapters // the HTTP middleware and the Runner (adapters.go)
 	// excl is held shared by every op and fault, and alone by an op of the
 	// tenant with a bad role, which must run with nothing else.
-	excl              sync.RWMutex
-	adminMu           sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
-	dbDrops, redisOut atomic.Int64
+	excl                   sync.RWMutex
+	adminMu                sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
+	dbDrops, redisOut      atomic.Int64
+	srvMoves, srvMoveFails int // the servers configuration's Moves done and failed
 }
 
 func (rc *runCtx) violate(seq int64, msg string) {
@@ -120,6 +122,10 @@ func (rc *runCtx) afterOp() {
 	}
 	rc.mu.Unlock()
 	if undo {
+		// A fault like the others: never while the tenant with a bad role
+		// runs alone (badrole.go), whose connections it would end.
+		rc.excl.RLock()
+		defer rc.excl.RUnlock()
 		var b strings.Builder
 		for _, r := range rc.env.roles() {
 			fmt.Fprintf(&b, "alter role %s reset all;\n", r)
@@ -317,8 +323,8 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	rc.audit(context.Background())
 	rc.auditDatabases(context.Background())
 	rc.db.Close()
-	if rc.poolerDied.Load() && e.bouncer != nil {
-		rc.poolerLog = e.bouncer.Log()
+	if c.pooler && e.bouncer != nil {
+		rc.poolerRestarts, rc.poolerLog = e.bouncer.died()
 	}
 	closePool()
 	if c.cluster {

@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tenantdb/tenantdb/tenantdb"
+	"github.com/tenantdb/tenantdb/tenantdb/tenantsql"
 )
 
 // testMoveUnderLoad moves a tenant from s0 to s1 while it sends 50 calls a
@@ -154,6 +158,178 @@ func (f *fleet) testMoveEndsLongCalls(t *testing.T) {
 	var server string
 	if err := p.QueryRow(as("sleeper"), "select current_setting('cluster_name')").Scan(&server); err != nil || server != "s0" {
 		t.Fatalf("after the move: %q, %v; want s0", server, err)
+	}
+	assertNothingHeld(t, p)
+}
+
+// testMoveEndsEveryPath moves a tenant whose one-minute statements run on
+// every path that holds a connection (the Pool's Exec and SendBatch,
+// database/sql through tenantsql, a Tx's Exec and QueryRow, a savepoint of
+// a Tx, and an acquired Conn) with a 10 ms grace: each call fails
+// with an error matching ErrMoved, and so does the next statement of the Tx
+// and of the Conn (the isolation checker's servers configuration found
+// tenantsql's, the Tx's and the Conn's failing with ErrRevoked, as if a
+// cluster lease had been revoked, and a batch's result, a Tx's QueryRow
+// and a savepoint's statement with the bare 57014 of the cancel).
+func (f *fleet) testMoveEndsEveryPath(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	at := tenantdb.Placement{Server: "s2"}
+	p := f.pool(t, 8, tenantdb.Config{
+		Plans: map[string]tenantdb.Plan{"p": {MaxConns: 7, MaxWaiting: tenantdb.Unbounded}},
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return at, nil
+		},
+	})
+	db := tenantsql.OpenDB(p)
+	defer db.Close()
+	const long = "select pg_sleep(60)"
+	calls := map[string]func() []error{
+		"Pool.Exec": func() []error { _, err := p.Exec(as("mover"), long); return []error{err} },
+		"tenantsql": func() []error { _, err := db.ExecContext(as("mover"), long); return []error{err} },
+		"SendBatch": func() []error {
+			b := &pgx.Batch{}
+			b.Queue(long)
+			br := p.SendBatch(as("mover"), b)
+			_, err := br.Exec()
+			return []error{err, br.Close()}
+		},
+		"Tx": func() []error {
+			tx, err := p.Begin(as("mover"))
+			if err != nil {
+				return []error{err}
+			}
+			defer tx.Rollback(ctx)
+			_, err = tx.Exec(ctx, long)
+			_, next := tx.Exec(ctx, "select 1")
+			return []error{err, next}
+		},
+		"Tx.QueryRow": func() []error {
+			tx, err := p.Begin(as("mover"))
+			if err != nil {
+				return []error{err}
+			}
+			defer tx.Rollback(ctx)
+			return []error{tx.QueryRow(ctx, long).Scan(nil)}
+		},
+		"Tx savepoint": func() []error {
+			return []error{pgx.BeginFunc(as("mover"), p, func(tx pgx.Tx) error {
+				return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+					_, err := sp.Exec(ctx, long)
+					return err
+				})
+			})}
+		},
+		"Conn": func() []error {
+			c, err := p.Acquire(as("mover"))
+			if err != nil {
+				return []error{err}
+			}
+			defer c.Release()
+			_, err = c.Exec(ctx, long)
+			_, next := c.Exec(ctx, "select 1")
+			return []error{err, next}
+		},
+	}
+	results := map[string]chan []error{}
+	for name, call := range calls {
+		ch := make(chan []error, 1)
+		results[name] = ch
+		go func() { ch <- call() }()
+	}
+	eventually(t, "the long statements run on s2", func() bool {
+		var n int
+		_ = f.admins["s2"].QueryRow(ctx, "select count(*) from pg_stat_activity where query = $1", long).Scan(&n)
+		return n == len(calls)
+	})
+	err := p.Move(ctx, "mover", tenantdb.Placement{Server: "s0"}, 10*time.Millisecond, func(context.Context) error {
+		mu.Lock()
+		at = tenantdb.Placement{Server: "s0"}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range results {
+		for i, err := range <-ch {
+			if !errors.Is(err, tenantdb.ErrMoved) {
+				t.Errorf("%s, statement %d: %v, want ErrMoved", name, i+1, err)
+			}
+		}
+	}
+	assertNothingHeld(t, p)
+}
+
+// testMoveAwaitsConnects moves a tenant whose only call gave up while its
+// connection was still opening on s2: pgxpool goes on with the connect, and
+// its session setup (AfterConnect, here held until the tenant is seen
+// drained) runs on s2. The cut-over must come after it: the isolation
+// checker's servers configuration saw tenantdb's own check of a new session
+// running on the old server at the cut-over.
+func (f *fleet) testMoveAwaitsConnects(t *testing.T) {
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var setupDone atomic.Bool
+	var mu sync.Mutex
+	at := tenantdb.Placement{Server: "s2"}
+	p := f.poolWith(t, 4, tenantdb.Config{
+		Placement: func(context.Context, string) (tenantdb.Placement, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return at, nil
+		},
+	}, func(name string, c *pgxpool.Config) {
+		if name != "s2" {
+			return
+		}
+		c.AfterConnect = func(context.Context, *pgx.Conn) error {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(entered)
+				<-release
+				setupDone.Store(true)
+			}
+			return nil
+		}
+	})
+	cctx, cancel := context.WithCancel(as("opener"))
+	errc := make(chan error, 1)
+	go func() { _, err := p.Exec(cctx, "select 1"); errc <- err }()
+	<-entered
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call: %v, want context.Canceled", err)
+	}
+	moved := make(chan struct{})
+	go func() {
+		defer close(release)
+		tick := time.NewTicker(time.Millisecond) // polling the Pool's stats
+		defer tick.Stop()
+		for p.TenantStat("opener").EffectiveLimit != 0 { // drained: the move waits
+			select {
+			case <-moved:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	err := p.Move(ctx, "opener", tenantdb.Placement{Server: "s0"}, 10*time.Millisecond, func(context.Context) error {
+		if !setupDone.Load() {
+			return errors.New("at the cut-over, the connect of the ended call still runs its setup on s2")
+		}
+		mu.Lock()
+		at = tenantdb.Placement{Server: "s0"}
+		mu.Unlock()
+		return nil
+	})
+	close(moved)
+	if err != nil {
+		t.Fatal(err)
 	}
 	assertNothingHeld(t, p)
 }

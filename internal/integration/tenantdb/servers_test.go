@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -177,6 +178,8 @@ func TestServers(t *testing.T) {
 	t.Run("Program", f.testProgram)
 	t.Run("MoveUnderLoad", f.testMoveUnderLoad)
 	t.Run("MoveEndsLongCalls", f.testMoveEndsLongCalls)
+	t.Run("MoveEndsCallsOnEveryPath", f.testMoveEndsEveryPath)
+	t.Run("MoveAwaitsConnectsOfEndedCalls", f.testMoveAwaitsConnects)
 	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
@@ -371,6 +374,9 @@ func (f *fleet) testFullServer(t *testing.T) {
 	assertNothingHeld(t, p)
 }
 
+// tenantIDs matches the tenant IDs of tenantN.
+var tenantIDs = regexp.MustCompile(`t[0-9]{3}`)
+
 // testDownServer stops s2 and checks that, once a connect to it has failed,
 // its tenants' calls fail with ErrServerDown without dialling it again
 // (counted by the configs' DialFunc), while the other servers' tenants are
@@ -431,6 +437,13 @@ func (f *fleet) testDownServer(t *testing.T) {
 			switch {
 			case want.Server == "s2" && errors.Is(err, tenantdb.ErrServerDown):
 				downs.Add(1)
+				// The failure was another call's: its tenant is not for this
+				// one to learn (the isolation checker saw it named).
+				for _, named := range tenantIDs.FindAllString(err.Error(), -1) {
+					if named != tenant {
+						t.Errorf("%s's error names tenant %s: %v", tenant, named, err)
+					}
+				}
 				for old := slowest.Load(); took > old && !slowest.CompareAndSwap(old, took); old = slowest.Load() {
 				}
 			case want.Server != "s2" && err == nil:
