@@ -22,7 +22,7 @@ var ErrMoved = errors.New("tenantdb: the call outlasted its tenant's move to ano
 //     cap when that says so; other tenants are not held;
 //  2. its calls in flight finish, or after grace are ended (ErrMoved):
 //     their statements cancelled on the server and their connections closed,
-//     each server process gone before the call's slot is released;
+//     and Move waits until the server no longer lists their processes;
 //  3. fence: from then on nothing of the tenant runs on its old server,
 //     not even the setup of a connection a call gave up on while it opened,
 //     nor the reset of a session released;
@@ -66,11 +66,14 @@ func (p *Pool) Move(ctx context.Context, tenantID string, to Placement, grace ti
 	select {
 	case <-d.Done():
 	case <-timer.C:
-		p.calls.end(tenantID, ErrMoved)
+		pids := p.calls.end(tenantID, ErrMoved)
 		select {
 		case <-d.Done():
 		case <-ctx.Done():
 			return fmt.Errorf("tenantdb: Move of tenant %q: its calls in flight did not end: %w", tenantID, ctx.Err())
+		}
+		if err := p.awaitGone(ctx, from.Server, pids); err != nil {
+			return fmt.Errorf("tenantdb: Move of tenant %q: server processes of its ended calls still there on server %q: %w", tenantID, from.Server, err)
 		}
 	case <-ctx.Done():
 		return fmt.Errorf("tenantdb: Move of tenant %q: draining: %w", tenantID, ctx.Err())
@@ -124,6 +127,37 @@ func (p *Pool) awaitConnects(ctx context.Context, tenant, server, database strin
 		}
 	}
 	return nil
+}
+
+// awaitGone waits until none of pids, the server processes of calls Move
+// ended, is left on server: a call ends when pgx gives up on its statement,
+// and its connection is closed then, but the server process may still run
+// the statement until it acts on the CancelRequest, and exits after that.
+// Asked of the server itself, with its own pool (a connection of its
+// budget), every few milliseconds.
+func (p *Pool) awaitGone(ctx context.Context, server string, pids []uint32) error {
+	d := p.servers[server]
+	if len(pids) == 0 || d == nil || d.admin.pg == nil {
+		return nil
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var left int
+		err := d.admin.pg.QueryRow(withoutTenant(ctx),
+			"select count(*) from pg_catalog.pg_stat_activity where pid = any($1)", pids).Scan(&left)
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // runCutover calls cutover, a panic in it being its error.
@@ -207,7 +241,7 @@ func (f *inflight) remove(tenant string, g *revokeGuard) {
 }
 
 // end revokes every call of tenant in flight with cause, outside the lock.
-func (f *inflight) end(tenant string, cause error) {
+func (f *inflight) end(tenant string, cause error) (pids []uint32) {
 	f.mu.Lock()
 	guards := make([]*revokeGuard, 0, len(f.byTenant[tenant]))
 	for g := range f.byTenant[tenant] {
@@ -215,6 +249,10 @@ func (f *inflight) end(tenant string, cause error) {
 	}
 	f.mu.Unlock()
 	for _, g := range guards {
+		if pid := g.serverPID(); pid != 0 {
+			pids = append(pids, pid)
+		}
 		g.revoke(cause)
 	}
+	return pids
 }

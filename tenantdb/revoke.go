@@ -101,6 +101,20 @@ func (g *revokeGuard) revoke(cause error) {
 	g.cancel(cause)
 }
 
+// serverPID is the process ID the server gave the admission's connection,
+// 0 if it has none now.
+func (g *revokeGuard) serverPID() uint32 {
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn == nil {
+		return 0
+	}
+	return g.conn.PID()
+}
+
 // attach names the connection the admission runs on.
 func (g *revokeGuard) attach(c *pgxpool.Conn) {
 	if g == nil {
