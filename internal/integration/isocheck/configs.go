@@ -198,7 +198,7 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.
 		}
 		lim, err := redislimit.New(redislimit.Config{
 			Client: client, Prefix: prefix, Mode: mode,
-			LeaseTTL: leaseTTL, RenewEvery: time.Second, Logger: slog.New(slog.DiscardHandler),
+			LeaseTTL: leaseTTL, RenewEvery: time.Second, OpTimeout: redisOpTimeout, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			client.Close()

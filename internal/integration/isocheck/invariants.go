@@ -213,8 +213,8 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 	if rc.cfg.database && rc.droppedSince(tenant, started) && (missingDatabase(err) || connLost(err)) {
 		return "" // its database was dropped meanwhile (dbfault.go)
 	}
-	if rc.cfg.failClosed && redisRefused(err) && rc.redisCutSince(started) {
-		return "" // FailClosed while Redis was cut off (redisfault.go)
+	if rc.cfg.failClosed && redisRefused(err) && (rc.redisCutSince(started) || rc.redisSlow()) {
+		return "" // FailClosed while Redis was cut off, or too slow to answer (redisfault.go)
 	}
 	if rc.cfg.database && connectTimedOut(err) && !callStart(ctx).IsZero() && time.Since(callStart(ctx)) >= connectTimeout {
 		// A connect that used all of its connect_timeout (the server or the

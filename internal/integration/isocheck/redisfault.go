@@ -27,6 +27,10 @@ import (
 
 const leaseTTL = 5 * time.Second
 
+// redisOpTimeout is the limiter's OpTimeout (its default): a Redis that
+// does not answer within it is unavailable to the limiter.
+const redisOpTimeout = 500 * time.Millisecond
+
 // redisLoop cuts Redis off now and then until ctx ends.
 func (rc *runCtx) redisLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Rand) {
 	defer wg.Done()
@@ -63,6 +67,19 @@ func (rc *runCtx) redisCutSince(started time.Time) bool {
 		}
 	}
 	return false
+}
+
+// redisSlow reports whether Redis, reached through the limiter's proxy,
+// does not answer a PING within the limiter's OpTimeout now: on a starved
+// machine it can stay so well after a cut-off ended, and a FailClosed
+// limiter then rightly goes on refusing. A Redis that answers in time
+// makes a refusal outside the cut-offs a violation still.
+func (rc *runCtx) redisSlow() bool {
+	client := redis.NewClient(&redis.Options{Addr: rc.env.redisProxy.addr(), MaxRetries: -1})
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
+	defer cancel()
+	return client.Ping(ctx).Err() != nil
 }
 
 // redisRefused reports whether err is the limiter's documented refusal
