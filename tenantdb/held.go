@@ -147,6 +147,7 @@ func (h *held) release(err *error) {
 		countStatementTimeout(h.permit, *err) // while the permit is held
 	}
 	h.permit.Release()
+	h.permit = pool.Permit{} // a second release (a deferred Rollback after Commit) reads no recycled permit
 	h.db.done()
 	if err != nil {
 		*err = h.guard.wrap(*err)

@@ -15,10 +15,10 @@ func (h *held) check(err error) error {
 }
 
 // countStatementTimeout counts err in p's tenant's stats if it is a
-// statement cancelled for p's StatementTimeout. p may be released: then
-// nothing is counted.
+// statement cancelled for p's StatementTimeout. p is held, or zero (a held
+// released already): its time limits are read only while it is held.
 func countStatementTimeout(p pool.Permit, err error) {
-	if err != nil && p.StatementTimeout() > 0 && errors.Is(statementTimedOut(err), ErrStatementTimeout) {
+	if err != nil && errors.Is(statementTimedOut(err), ErrStatementTimeout) && p.StatementTimeout() > 0 {
 		p.Exceeded(pool.LimitStatement)
 	}
 }
