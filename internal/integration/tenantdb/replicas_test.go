@@ -362,9 +362,20 @@ func (rp *replicaPair) testCloseHungProbe(t *testing.T) {
 	case <-time.After(30 * time.Second): // a failsafe against a hang, not a measure
 		t.Fatal("Close did not return while a probe waited for the frozen replica")
 	}
+	// Close waited for the probes' last deferred call; each goroutine may
+	// still be on its way out (the loaded run saw one runnable there), so
+	// the stacks are polled, briefly: a probe still at work never leaves.
 	buf := make([]byte, 1<<20)
-	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "tenantdb.(*Pool).probe") {
-		t.Errorf("a probe is still running after Close:\n%s", stacks)
+	var stacks string
+	gone := func() bool {
+		stacks = string(buf[:runtime.Stack(buf, true)])
+		return !strings.Contains(stacks, "tenantdb.(*Pool).probe")
+	}
+	for deadline := time.Now().Add(5 * time.Second); !gone() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // the polling interval of a probe, not synchronisation
+	}
+	if !gone() {
+		t.Errorf("a probe is still running 5 s after Close returned:\n%s", stacks)
 	}
 }
 
