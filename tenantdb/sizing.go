@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -294,8 +295,11 @@ func (p *Pool) checkServer(ctx context.Context, pg *pgxpool.Pool, name string, p
 	}
 	defer p.session.release(c, nil, nil)
 	var pid uint32
+	// The simple protocol: one round trip that a transaction pooler cannot
+	// split between two server connections (pgx's cached statement is
+	// prepared on one and may run on another, SQLSTATE 26000).
 	err = c.QueryRow(ctx, "select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int, "+
-		"pg_catalog.pg_backend_pid()").Scan(&s.MaxConnections, &pid)
+		"pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&s.MaxConnections, &pid)
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", what, err)
 	}
