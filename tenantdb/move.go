@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -144,8 +145,8 @@ func (p *Pool) awaitGone(ctx context.Context, server string, pids []uint32) erro
 	defer tick.Stop()
 	for {
 		var left int
-		err := d.admin.pg.QueryRow(withoutTenant(ctx),
-			"select count(*) from pg_catalog.pg_stat_activity where pid = any($1)", pids).Scan(&left)
+		err := d.admin.pg.QueryRow(withoutTenant(ctx), // the simple protocol: a pooler cannot split it (see checkServer)
+			"select count(*) from pg_catalog.pg_stat_activity where pid = any($1)", pgx.QueryExecModeSimpleProtocol, pids).Scan(&left)
 		if err != nil {
 			return err
 		}
