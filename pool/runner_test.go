@@ -286,8 +286,9 @@ func TestRunnerGateClosed(t *testing.T) {
 // tenant with 10,000 jobs queued on W workers delays another tenant's 10
 // jobs by no more than one job's duration per worker, beyond what those 10
 // take at their fair half of the workers. Without per-tenant round-robin
-// they would wait behind the whole backlog: 10,000/W job durations. The
-// duration D is the test's; the bound is in units of it.
+// they would wait behind the whole backlog: 10,000/W job durations. It is
+// judged by how many of the backlog's jobs start while the 10 run, which a
+// busy machine does not change.
 func TestRunnerBacklogDoesNotDelayOthers(t *testing.T) {
 	const (
 		workers = 4
@@ -333,14 +334,13 @@ func TestRunnerBacklogDoesNotDelayOthers(t *testing.T) {
 	assertDrained(t, g)
 
 	fairShare := (quietN + workers/2 - 1) / (workers / 2) // rounds of d at half the workers
-	bound := time.Duration(fairShare+workers) * d
-	t.Logf("quiet's %d jobs took %.1f d (bound %d d: %d at half the workers + one per worker); noisy started %d meanwhile; %d dropped at Close",
-		quietN, float64(took)/float64(d), fairShare+workers, fairShare, noisyMeanwhile, dropped)
-	if took > bound {
-		t.Fatalf("quiet's jobs took %v = %.1f job durations behind a backlog of %d; want at most %d", took, float64(took)/float64(d), backlog, fairShare+workers)
-	}
-	// The same in counts, which no scheduler delay can blur: the backlog
-	// gets about one grant per quiet grant, not its whole queue.
+	t.Logf("quiet's %d jobs took %.1f d (%d d at half the workers + one per worker on an idle machine); noisy started %d meanwhile; %d dropped at Close",
+		quietN, float64(took)/float64(d), fairShare+workers, noisyMeanwhile, dropped)
+	// Judged in counts, which no scheduler delay can blur (the time above,
+	// in job durations, grows with timers that fire late on a busy
+	// machine: 10.9 d beside two busy loops): the backlog gets about one
+	// grant per quiet grant, not its whole queue, so quiet's jobs are done
+	// within (quietN + quietN+2*workers) / workers rounds of jobs.
 	if noisyMeanwhile > quietN+2*workers {
 		t.Fatalf("noisy started %d jobs while quiet's %d ran, want at most %d: the workers are not shared round-robin", noisyMeanwhile, quietN, quietN+2*workers)
 	}
