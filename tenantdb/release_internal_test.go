@@ -1,6 +1,11 @@
 package tenantdb
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func TestContainsAll(t *testing.T) {
 	for _, c := range []struct {
@@ -36,5 +41,26 @@ func TestContainsFold(t *testing.T) {
 		if got := containsFold(c.s, "deallocate"); got != c.want {
 			t.Errorf("containsFold(%q) = %v, want %v", c.s, got, c.want)
 		}
+	}
+}
+
+// TestBenchCountsTheReset: the statements whose server instructions
+// bench/resetir_test.go counts one by one are resetStatements'.
+func TestBenchCountsTheReset(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "bench", "resetir_test.go"))
+	if err != nil {
+		t.Skipf("the bench module is not beside this one: %v", err)
+	}
+	_, list, ok := strings.Cut(string(src), "var resetParts = []string{\n")
+	list, _, ok2 := strings.Cut(list, "\n}")
+	if !ok || !ok2 {
+		t.Fatal("bench/resetir_test.go has no resetParts list")
+	}
+	var parts []string
+	for _, line := range strings.Split(list, "\n") {
+		parts = append(parts, strings.TrimSuffix(strings.Trim(strings.TrimSpace(line), `"`), `",`))
+	}
+	if got := strings.Join(parts, "; "); got != resetStatements {
+		t.Fatalf("bench/resetir_test.go counts\n%s\nbut the reset is\n%s", got, resetStatements)
 	}
 }

@@ -702,3 +702,49 @@ func TestAcquireAgainAfterPgxpoolGaveUp(t *testing.T) {
 		assertInUse(t, p, "acme", 0, "after "+name)
 	}
 }
+
+// TestResetRoleSurvivesRollback: the reset has no RESET ROLE (DISCARD ALL
+// has none either): SET SESSION AUTHORIZATION DEFAULT gives role its value
+// at connection. Were the holder's SET ROLE only masked, not undone, a
+// later end of a transaction or subtransaction that restores role (a
+// set_config(..., true), a SET ROLE rolled back) would bring it back; the
+// next tenant is the login role after each.
+func TestResetRoleSurvivesRollback(t *testing.T) {
+	setupSessionState(t)
+	for name, undo := range map[string]func(p *tenantdb.Pool) error{
+		"set_config('role', ..., true)": func(p *tenantdb.Pool) error {
+			_, err := p.Exec(as("b"), "select set_config('role', 'none', true)")
+			return err
+		},
+		"SET ROLE rolled back": func(p *tenantdb.Pool) error {
+			return pgx.BeginFunc(as("b"), p, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(as("b"), "set role none"); err != nil {
+					return err
+				}
+				return errors.New("roll back")
+			})
+		},
+		"a savepoint rolled back": func(p *tenantdb.Pool) error {
+			_, err := p.Exec(as("b"), "begin; savepoint s; set role none; rollback to savepoint s; commit")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newStatePool(t, false, false)
+			if _, err := p.Exec(as("a"), "set role "+bypassRole); err != nil {
+				t.Fatal(err)
+			}
+			var user string
+			if err := p.QueryRow(as("b"), "select current_user").Scan(&user); err != nil || user != rlsRole {
+				t.Fatalf("b after a's SET ROLE: current_user %q (%v), want %q", user, err, rlsRole)
+			}
+			if err := undo(p); err != nil && err.Error() != "roll back" {
+				t.Fatal(err)
+			}
+			if err := p.QueryRow(as("b"), "select current_user").Scan(&user); err != nil || user != rlsRole {
+				t.Fatalf("b after its own %s: current_user %q (%v), want %q: a's role came back", name, user, err, rlsRole)
+			}
+			assertNothingHeld(t, p)
+		})
+	}
+}
