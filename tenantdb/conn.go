@@ -29,14 +29,13 @@ type Conn struct {
 
 // Acquire takes a slot for the tenant in ctx and a connection from the shared
 // pool. ctx governs both waits. The Conn holds both until its Release.
-func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
-	_, h, err := p.hold(ctx) // the Conn's calls bring their own contexts
-	if err != nil {
+func (p *Pool) Acquire(ctx context.Context) (c Conn, err error) {
+	if _, err = p.hold(ctx, &c.h); err != nil { // the Conn's calls bring their own contexts
 		return Conn{}, err
 	}
-	ref := newLiveRef(&h.run.st.life)
-	ref.w = watchHold(h, ref, ErrConnReleased)
-	return Conn{h: h, ref: ref}, nil
+	c.ref = newLiveRef(&c.h.run.st.life)
+	c.ref.w = watchHold(&c.h, c.ref, ErrConnReleased)
+	return c, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns

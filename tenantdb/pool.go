@@ -213,7 +213,8 @@ func (p *Pool) Ping(ctx context.Context) error {
 		return p.ping(ctx)
 	}
 	if p.dbs != nil || p.servers != nil {
-		ctx, h, err := p.hold(ctx)
+		var h held
+		ctx, err := p.hold(ctx, &h)
 		if err != nil {
 			return err
 		}

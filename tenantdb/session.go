@@ -58,7 +58,7 @@ const (
 )
 
 // sessionEnabled reports whether s sets anything.
-func sessionEnabled(s Session) bool {
+func sessionEnabled(s *Session) bool {
 	return s.TenantSetting != "" || s.SearchPath != nil || s.Role != nil
 }
 
@@ -292,14 +292,14 @@ func (s *sessionSetup) searchPath(tenant string) (schemas []string, err error) {
 // transactional reports whether statements must set the tenant's values
 // themselves (ScopeTransaction with something to set).
 func (s *sessionSetup) transactional() bool {
-	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(s.cfg)
+	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(&s.cfg)
 }
 
 // sessionValues is the statement that sets tenant's values for the
 // session, with timeout (when positive) as its statement_timeout: "" without
 // ScopeSession or with nothing to set.
 func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (string, error) {
-	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(s.cfg) {
+	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(&s.cfg) {
 		return "", nil
 	}
 	var sql string
