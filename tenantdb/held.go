@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -115,17 +116,28 @@ func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
 // statement timeout to the PrepareConn hook.
 type timeoutKey struct{}
 
+// timeoutsUsed is set by the first withStatementTimeout that puts a
+// timeout in a context: until then prepare need not walk a context's chain
+// to find none.
+var timeoutsUsed atomic.Bool
+
 // withStatementTimeout returns ctx carrying d for prepare, or ctx itself
 // when d is 0, so that calls without a timeout allocate nothing for it.
 func withStatementTimeout(ctx context.Context, d time.Duration) context.Context {
 	if d <= 0 {
 		return ctx
 	}
+	if !timeoutsUsed.Load() {
+		timeoutsUsed.Store(true) // before the context exists
+	}
 	return context.WithValue(ctx, timeoutKey{}, d)
 }
 
 // statementTimeoutFrom returns the timeout withStatementTimeout put in ctx.
 func statementTimeoutFrom(ctx context.Context) time.Duration {
+	if !timeoutsUsed.Load() {
+		return 0
+	}
 	d, _ := ctx.Value(timeoutKey{}).(time.Duration)
 	return d
 }
