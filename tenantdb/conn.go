@@ -79,6 +79,7 @@ func (c Conn) Hijack() *pgx.Conn {
 	}
 	c.h.guard.stopKeeping()
 	conn := c.h.conn.Hijack()
+	forgetState(conn.PgConn()) // out of the pool: its closing is its owner's
 	c.h.permit.Release()
 	c.h.db.done() // the connection stays counted in the budget until it is closed
 	return conn

@@ -89,21 +89,45 @@ type connState struct {
 	// life is the liveness record of the Conn that holds the connection
 	// (see liveRef).
 	life connLife
+	// pc is the connection, set at creation, by which stateCache tells
+	// its states apart.
+	pc *pgconn.PgConn
 }
 
 // stateKey names the connState in a connection's pgconn CustomData.
 const stateKey = "tenantdb.session"
 
+// stateCache finds a connection's connState without the CustomData lookup
+// (a hash of stateKey) that every acquire would pay twice, in prepare and
+// for its runner: slot PID % len holds the state of the last connection
+// first seen there, checked against its PgConn; a miss falls back to
+// CustomData. pgxpool's BeforeClose (see install) and Hijack empty a
+// connection's slot, so that the cache keeps no closed connection alive.
+var stateCache [256]atomic.Pointer[connState]
+
 // stateOf returns conn's connState, creating it for a connection tenantdb
 // has not seen (pgxpool opened it before the hooks ran, or a test).
 func stateOf(conn *pgconn.PgConn) *connState {
+	slot := &stateCache[conn.PID()%uint32(len(stateCache))]
+	if st := slot.Load(); st != nil && st.pc == conn {
+		return st
+	}
 	data := conn.CustomData()
 	st, ok := data[stateKey].(*connState)
 	if !ok {
-		st = &connState{}
+		st = &connState{pc: conn}
 		data[stateKey] = st
+		slot.Store(st)
 	}
 	return st
+}
+
+// forgetState empties conn's slot of stateCache, if it holds conn's state.
+func forgetState(conn *pgconn.PgConn) {
+	slot := &stateCache[conn.PID()%uint32(len(stateCache))]
+	if st := slot.Load(); st != nil && st.pc == conn {
+		slot.CompareAndSwap(st, nil)
+	}
 }
 
 // prepare is the pgxpool PrepareConn hook: it hands conn to the tenant in ctx

@@ -363,13 +363,22 @@ func timeoutMillis(d time.Duration) string {
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
 // the user's hook sees the tenant's state, and, when it has an
 // AfterRelease, afterRelease before it; without one, tenantdb resets
-// sessions in its own releases (see release). A panic in the user's
+// sessions in its own releases (see release); BeforeClose empties the
+// connection's slot of stateCache before the user's. A panic in the user's
 // PrepareConn fails the acquire with an error and destroys the connection,
 // instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 	if after := pgxCfg.AfterRelease; after != nil {
 		s.inHook = true
 		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
+	}
+	if before := pgxCfg.BeforeClose; before == nil {
+		pgxCfg.BeforeClose = func(c *pgx.Conn) { forgetState(c.PgConn()) }
+	} else {
+		pgxCfg.BeforeClose = func(c *pgx.Conn) {
+			forgetState(c.PgConn())
+			before(c)
+		}
 	}
 	if after := pgxCfg.AfterConnect; after == nil {
 		pgxCfg.AfterConnect = s.connect
