@@ -92,6 +92,9 @@ type connState struct {
 	// pc is the connection, set at creation, by which stateCache tells
 	// its states apart.
 	pc *pgconn.PgConn
+	// setup is the session setup of the Pool whose holder has the
+	// connection, set with its runner, for the release.
+	setup *sessionSetup
 }
 
 // stateKey names the connState in a connection's pgconn CustomData.
@@ -231,10 +234,12 @@ func (s *sessionSetup) release(c *pgxpool.Conn, st *connState, resetting func() 
 		return
 	}
 	ended := startReset(resetting)
+	s.resets.Add(1) // before the slot goes back: see acquiring
 	go func() {
 		defer ended()
 		s.resetOrClose(conn, st)
 		c.Release()
+		s.resets.Add(-1)
 	}()
 }
 
@@ -260,10 +265,12 @@ func (s *sessionSetup) returnConn(conn *pgx.Conn, give func(), resetting func() 
 		return
 	}
 	ended := startReset(resetting)
+	s.resets.Add(1)
 	go func() {
 		defer ended()
 		s.resetOrClose(conn, st)
 		give()
+		s.resets.Add(-1)
 	}()
 }
 
@@ -354,14 +361,16 @@ func (s *sessionSetup) reset(conn *pgx.Conn, st *connState) bool {
 	return true
 }
 
-// acquire acquires a connection of pg, counted in acquiring while it waits.
-// It acquires again when pgxpool gave up because prepare refused every
-// connection it tried (sessions left to their next holder that listened:
-// see package rejected), so that one tenant's leftovers never fail
-// another's call.
+// acquire acquires a connection of pg, counted in acquiring while it may
+// wait for one (see acquiring). It acquires again when pgxpool gave up
+// because prepare refused every connection it tried (sessions left to
+// their next holder that listened: see package rejected), so that one
+// tenant's leftovers never fail another's call.
 func (s *sessionSetup) acquire(ctx context.Context, pg *pgxpool.Pool) (*pgxpool.Conn, error) {
-	s.acquiring.Add(1)
-	defer s.acquiring.Add(-1)
+	if s.inHook || s.resets.Load() > 0 {
+		s.acquiring.Add(1)
+		defer s.acquiring.Add(-1)
+	}
 	for round := 1; ; round++ {
 		c, err := pg.Acquire(ctx)
 		if !rejected.Again(ctx, err, round) {

@@ -126,8 +126,15 @@ type sessionSetup struct {
 	// acquiring counts the Pool's calls waiting for a connection of the
 	// shared pgxpool, and idle reports whether it has an idle one (nil with
 	// Config.Database): while calls wait and none is idle, a release leaves
-	// the reset to the next holder (see release).
+	// the reset to the next holder (see release). A call that holds its
+	// slot waits for a connection only while connections are out of the
+	// pool without a slot (the gate's capacity is MaxConns): in resets at
+	// release, which resets counts, or in a pgxpool.Config's AfterRelease
+	// (inHook); acquire counts the calls only then, so that an acquire
+	// that cannot wait pays no shared counter (two atomic adds). Connections
+	// taken through Pool.Pgxpool are not seen.
 	acquiring atomic.Int32
+	resets    atomic.Int32
 	idle      func() bool
 
 	// waiting, with Config.Database and Affinity, reports whether a tenant
