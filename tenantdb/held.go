@@ -153,7 +153,11 @@ func (h *held) release(err *error) {
 	h.guard.unregister()
 	h.guard.stop()
 	if h.conn != nil {
-		h.run.setup.release(h.conn, h.run.st, h.guard.resetting())
+		var setup *sessionSetup // nil (a plain release) if no runner was made
+		if h.run.st != nil {
+			setup = h.run.st.setup
+		}
+		setup.release(h.conn, h.run.st, h.guard.resetting())
 		h.conn = nil
 	}
 	if err != nil {

@@ -23,7 +23,6 @@ type runner struct {
 	conn  *pgx.Conn
 	local string
 	st    *connState // conn's: each statement marks the session for the reset at release
-	setup *sessionSetup
 }
 
 // runner sets *r to the runner of the tenant in ctx on conn, whose
@@ -31,7 +30,8 @@ type runner struct {
 // ScopeSession, prepare set it on the session. On an error *r runs
 // statements without the setting.
 func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration, r *runner) error {
-	r.conn, r.st, r.setup = conn, stateOf(conn.PgConn()), s
+	r.conn, r.st = conn, stateOf(conn.PgConn())
+	r.st.setup = s
 	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(&s.cfg) && timeout <= 0 {
 		return nil
 	}
