@@ -60,7 +60,7 @@ func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 // ErrMaxHold or ErrIdleInTransaction (and ErrConnReleased), and Release
 // does nothing.
 func (c Conn) Release() {
-	if c.ref.w.claim() != nil {
+	if c.ref.w != nil && c.ref.w.claim() != nil {
 		return // released before, by tenantdb or through a copy
 	}
 	if c.ref.end() {
