@@ -62,7 +62,7 @@ func (g *Gate) acquire(ctx context.Context, id string, d *TraceAcquireEndData) (
 	if err := ctx.Err(); err != nil {
 		return Permit{}, g.endedOnArrival(id, err, d)
 	}
-	if jobOf(ctx) == g {
+	if g.runners.Load() && jobOf(ctx) == g {
 		return Permit{}, fmt.Errorf("pool: tenant %q: %w", id, ErrRunnerOwnGate)
 	}
 	class, err := g.classOf(ctx)

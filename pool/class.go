@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -107,16 +108,26 @@ type classState struct {
 
 type classKey struct{}
 
+// classesUsed is set by the first WithClass: until then no context carries
+// a class, and ClassFrom need not walk a context's chain to find none.
+var classesUsed atomic.Bool
+
 // WithClass returns a copy of ctx whose requests are admitted as work of
 // class name (one of Config.Classes, or DefaultClass). It does not validate
 // the name: the Gate that admits a request does (ErrUnknownClass). tenantdb,
 // tenantsql, poolhttp and Runner jobs all read it.
 func WithClass(ctx context.Context, name string) context.Context {
+	if !classesUsed.Load() {
+		classesUsed.Store(true) // before the context exists
+	}
 	return context.WithValue(ctx, classKey{}, name)
 }
 
 // ClassFrom returns the class ctx carries, and false when it carries none.
 func ClassFrom(ctx context.Context) (string, bool) {
+	if !classesUsed.Load() {
+		return "", false
+	}
 	name, ok := ctx.Value(classKey{}).(string)
 	return name, ok
 }

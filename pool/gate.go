@@ -17,6 +17,7 @@ type Gate struct {
 	epoch         time.Time
 	clock         func() int64       // ns since epoch, monotonic; replaced in tests
 	budgets       atomic.Bool        // whether a plan has or had a Budget: then a traced admission reports it
+	runners       atomic.Bool        // whether a Runner was made on it: only then can a context be one of its jobs'
 	closing       context.Context    // cancelled by Close, to end the requests asking the cluster
 	stopClosing   context.CancelFunc // cancels closing
 

@@ -143,6 +143,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.OnError == nil {
 		cfg.OnError = func(tenant string, err error) { log.Printf("pool: runner: tenant %q: %v", tenant, err) }
 	}
+	cfg.Gate.runners.Store(true) // before any job's context exists
 	ctx, cancel := context.WithCancel(context.Background())
 	ctx = context.WithValue(ctx, runnerKey{}, true)
 	return &Runner{g: cfg.Gate, maxQueued: cfg.MaxQueued, onError: cfg.OnError,

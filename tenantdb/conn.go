@@ -29,14 +29,13 @@ type Conn struct {
 
 // Acquire takes a slot for the tenant in ctx and a connection from the shared
 // pool. ctx governs both waits. The Conn holds both until its Release.
-func (p *Pool) Acquire(ctx context.Context) (Conn, error) {
-	_, h, err := p.hold(ctx) // the Conn's calls bring their own contexts
-	if err != nil {
+func (p *Pool) Acquire(ctx context.Context) (c Conn, err error) {
+	if _, err = p.hold(ctx, &c.h); err != nil { // the Conn's calls bring their own contexts
 		return Conn{}, err
 	}
-	ref := newLiveRef(&h.run.st.life)
-	ref.w = watchHold(h, ref, ErrConnReleased)
-	return Conn{h: h, ref: ref}, nil
+	c.ref = newLiveRef(&c.h.run.st.life)
+	c.ref.w = watchHold(&c.h, c.ref, ErrConnReleased)
+	return c, nil
 }
 
 // AcquireFunc acquires a Conn, calls f with it and releases it when f returns
@@ -61,7 +60,7 @@ func (p *Pool) AcquireFunc(ctx context.Context, f func(Conn) error) error {
 // ErrMaxHold or ErrIdleInTransaction (and ErrConnReleased), and Release
 // does nothing.
 func (c Conn) Release() {
-	if c.ref.w.claim() != nil {
+	if c.ref.w != nil && c.ref.w.claim() != nil {
 		return // released before, by tenantdb or through a copy
 	}
 	if c.ref.end() {
@@ -80,6 +79,7 @@ func (c Conn) Hijack() *pgx.Conn {
 	}
 	c.h.guard.stopKeeping()
 	conn := c.h.conn.Hijack()
+	forgetState(conn.PgConn()) // out of the pool: its closing is its owner's
 	c.h.permit.Release()
 	c.h.db.done() // the connection stays counted in the budget until it is closed
 	return conn

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,48 +20,49 @@ type held struct {
 	permit pool.Permit
 	guard  *revokeGuard
 	run    runner
-	db     *dbUse    // the tenant's database with Config.Database, else nil
-	calls  *inflight // with NewServers: where the guard is registered under tenant, for Move
-	tenant string
+	db     *dbUse // the tenant's database with Config.Database, else nil
 }
 
 // hold is holdConn traced by the user's AcquireTracer. As in pgxpool, a
 // panic in a hook ends the trace too, with neither connection nor error.
-func (p *Pool) hold(ctx context.Context) (_ context.Context, h held, err error) {
+// It fills *h in place (h is the caller's zero held), so that the held
+// state is not copied on its way out: on a failure *h stays zero.
+func (p *Pool) hold(ctx context.Context, h *held) (_ context.Context, err error) {
 	if p.acquireTrace == nil {
-		return p.holdConn(ctx)
+		return p.holdConn(ctx, h)
 	}
 	ctx, end := p.acquireTrace.start(ctx, p.pg)
 	defer func() { end(h.conn, err) }()
-	return p.holdConn(ctx)
+	return p.holdConn(ctx, h)
 }
 
-// holdConn admits the tenant in ctx and acquires a shared connection for it.
-// ctx governs both waits. The returned context is ctx, cancelled with
-// ErrRevoked if the cluster lease is revoked: the work runs under it. On
-// every failure, and on a panic in a hook, nothing stays held.
-func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
+// holdConn admits the tenant in ctx and acquires a shared connection for it,
+// into *h. ctx governs both waits. The returned context is ctx, cancelled
+// with ErrRevoked if the cluster lease is revoked: the work runs under it.
+// On every failure, and on a panic in a hook, nothing stays held and *h is
+// zero.
+func (p *Pool) holdConn(ctx context.Context, h *held) (context.Context, error) {
 	permit, err := p.admit(ctx)
 	if err != nil {
-		return ctx, held{}, err
+		return ctx, err
 	}
-	h := held{permit: permit}
+	h.permit = permit
 	ok := false
 	defer func() {
 		if !ok {
 			h.release(nil)
+			*h = held{}
 		}
 	}()
 	ctx, h.guard = guardRevocation(ctx, permit, p.calls != nil)
 	if p.calls != nil {
-		h.calls = p.calls
-		h.tenant, _ = TenantFrom(ctx)
-		h.calls.add(h.tenant, h.guard)
+		tenant, _ := TenantFrom(ctx)
+		h.guard.register(p.calls, tenant)
 	}
 	pg := p.pg
 	if p.dbs != nil || p.servers != nil {
 		if h.db, err = p.use(ctx, permit); err != nil {
-			return ctx, held{}, err
+			return ctx, err
 		}
 		pg = h.db.pg
 	}
@@ -70,31 +72,31 @@ func (p *Pool) holdConn(ctx context.Context) (context.Context, held, error) {
 			break
 		}
 		if h.db == nil {
-			return ctx, held{}, h.guard.wrap(err)
+			return ctx, h.guard.wrap(err)
 		}
 		id, _ := TenantFrom(ctx)
 		err = h.db.connectError(ctx, id, err)
 		set := h.db.d.replicaOf
 		if set == nil || !serverDown(ctx, err) {
-			return ctx, held{}, h.guard.wrap(err)
+			return ctx, h.guard.wrap(err)
 		}
 		if set.fail {
-			return ctx, held{}, h.guard.wrap(fmt.Errorf("%w: %w", ErrReplicaUnavailable, err))
+			return ctx, h.guard.wrap(fmt.Errorf("%w: %w", ErrReplicaUnavailable, err))
 		}
 		// The replica is known down now: the read goes to another, or to
 		// the primary.
 		h.db.done()
 		if h.db, err = p.use(ctx, permit); err != nil {
-			return ctx, held{}, err
+			return ctx, err
 		}
 		pg = h.db.pg
 	}
 	h.guard.attach(h.conn)
-	if h.run, err = p.session.runner(ctx, h.conn.Conn(), timeout); err != nil {
-		return ctx, held{}, err
+	if err = p.session.runner(ctx, h.conn.Conn(), timeout, &h.run); err != nil {
+		return ctx, err
 	}
 	ok = true
-	return ctx, h, nil
+	return ctx, nil
 }
 
 // admit takes a slot for the tenant in ctx.
@@ -114,17 +116,28 @@ func (p *Pool) admit(ctx context.Context) (pool.Permit, error) {
 // statement timeout to the PrepareConn hook.
 type timeoutKey struct{}
 
+// timeoutsUsed is set by the first withStatementTimeout that puts a
+// timeout in a context: until then prepare need not walk a context's chain
+// to find none.
+var timeoutsUsed atomic.Bool
+
 // withStatementTimeout returns ctx carrying d for prepare, or ctx itself
 // when d is 0, so that calls without a timeout allocate nothing for it.
 func withStatementTimeout(ctx context.Context, d time.Duration) context.Context {
 	if d <= 0 {
 		return ctx
 	}
+	if !timeoutsUsed.Load() {
+		timeoutsUsed.Store(true) // before the context exists
+	}
 	return context.WithValue(ctx, timeoutKey{}, d)
 }
 
 // statementTimeoutFrom returns the timeout withStatementTimeout put in ctx.
 func statementTimeoutFrom(ctx context.Context) time.Duration {
+	if !timeoutsUsed.Load() {
+		return 0
+	}
 	d, _ := ctx.Value(timeoutKey{}).(time.Duration)
 	return d
 }
@@ -137,10 +150,14 @@ func statementTimeoutFrom(ctx context.Context) time.Duration {
 // zero held. pgxpool destroys a connection returned busy or inside a
 // transaction, as after a panic in the middle of a statement.
 func (h *held) release(err *error) {
-	h.calls.remove(h.tenant, h.guard)
+	h.guard.unregister()
 	h.guard.stop()
 	if h.conn != nil {
-		h.run.setup.release(h.conn, h.run.st, h.calls.resetting(h.tenant))
+		var setup *sessionSetup // nil (a plain release) if no runner was made
+		if h.run.st != nil {
+			setup = h.run.st.setup
+		}
+		setup.release(h.conn, h.run.st, h.guard.resetting())
 		h.conn = nil
 	}
 	if err != nil {

@@ -69,11 +69,11 @@ type holdWatch struct {
 // watchHold returns a watch over h for its permit's limits, or nil, at no
 // cost, when it has none. ref is the Conn's life (zero for a Tx), and
 // closedErr what a use after the holder ended the hold fails with.
-func watchHold(h held, ref liveRef, closedErr error) *holdWatch {
+func watchHold(h *held, ref liveRef, closedErr error) *holdWatch {
 	if !hasHoldLimits(h.permit) || h.conn == nil {
 		return nil
 	}
-	return watchHeld(h, ref, closedErr)
+	return watchHeld(*h, ref, closedErr)
 }
 
 // watchHeld is watchHold's watch, which releases h, a copy of its own. A

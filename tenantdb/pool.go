@@ -213,7 +213,8 @@ func (p *Pool) Ping(ctx context.Context) error {
 		return p.ping(ctx)
 	}
 	if p.dbs != nil || p.servers != nil {
-		ctx, h, err := p.hold(ctx)
+		var h held
+		ctx, err := p.hold(ctx, &h)
 		if err != nil {
 			return err
 		}
@@ -258,7 +259,8 @@ func (p *Pool) AcquireAllIdle(ctx context.Context) []Conn {
 		// The zero Permit's Release does nothing; the runner marks nothing
 		// dirty that prepare did not mark already (no tenant).
 		st := stateOf(c.Conn().PgConn())
-		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn(), st: st, setup: p.session}}, ref: newLiveRef(&st.life)}
+		st.setup = p.session
+		conns[i] = Conn{h: held{conn: c, run: runner{conn: c.Conn(), st: st}}, ref: newLiveRef(&st.life)}
 	}
 	return conns
 }

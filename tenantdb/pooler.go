@@ -41,7 +41,7 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 		conn.PgConn().CustomData()[defaultPathKey] = tempLast(path)
 		return nil
 	}
-	if s.cfg.Scope != ScopeSession || !sessionEnabled(s.cfg) || s.probed.Swap(true) {
+	if s.cfg.Scope != ScopeSession || !sessionEnabled(&s.cfg) || s.probed.Swap(true) {
 		return nil
 	}
 	proxied, pid, err := behindProxy(ctx, conn)

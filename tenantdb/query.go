@@ -15,7 +15,8 @@ import (
 // Exec runs sql for the tenant in ctx, holding its slot until Exec returns.
 // ctx governs the tenant wait, the wait for a connection and the query.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (_ pgconn.CommandTag, err error) {
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err = p.hold(ctx, &h)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -27,7 +28,8 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (_ pgconn.Comm
 // connection, until the rows are closed, read to the end, or fail to scan
 // (pgx closes rows on a Scan or Values error, and so does tenantdb).
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err := p.hold(ctx, &h)
 	if err != nil {
 		return errRows{err}, err
 	}
@@ -162,7 +164,8 @@ func (r *tenantRows) release() {
 
 // QueryRow runs sql for the tenant in ctx. The slot is held until Scan.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err := p.hold(ctx, &h)
 	if err != nil {
 		return errRow{err}
 	}
@@ -216,7 +219,8 @@ func (r *tenantRow) release(err *error) {
 // IdleInTransactionTimeout and MaxHold as one from Begin, from when the
 // results are closed (reading them counts as a call in progress).
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err := p.hold(ctx, &h)
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
@@ -230,7 +234,7 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if tx := br.Tx(); tx != nil {
 		r.tx = &tenantTx{Tx: tx, h: h}
 		r.h = held{}
-		r.tx.w = watchHold(h, liveRef{}, pgx.ErrTxClosed)
+		r.tx.w = watchHold(&r.tx.h, liveRef{}, pgx.ErrTxClosed)
 		_ = r.tx.w.enter() // a new watch: the results are a call in progress until Close
 	}
 	r.BatchResults = br
@@ -326,7 +330,8 @@ func (b *tenantBatchResults) Tx() pgx.Tx {
 // CopyFrom copies rows into tableName for the tenant in ctx, holding its slot
 // until it returns.
 func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (_ int64, err error) {
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err = p.hold(ctx, &h)
 	if err != nil {
 		return 0, err
 	}

@@ -92,21 +92,48 @@ type connState struct {
 	// life is the liveness record of the Conn that holds the connection
 	// (see liveRef).
 	life connLife
+	// pc is the connection, set at creation, by which stateCache tells
+	// its states apart.
+	pc *pgconn.PgConn
+	// setup is the session setup of the Pool whose holder has the
+	// connection, set with its runner, for the release.
+	setup *sessionSetup
 }
 
 // stateKey names the connState in a connection's pgconn CustomData.
 const stateKey = "tenantdb.session"
 
+// stateCache finds a connection's connState without the CustomData lookup
+// (a hash of stateKey) that every acquire would pay twice, in prepare and
+// for its runner: slot PID % len holds the state of the last connection
+// first seen there, checked against its PgConn; a miss falls back to
+// CustomData. pgxpool's BeforeClose (see install) and Hijack empty a
+// connection's slot, so that the cache keeps no closed connection alive.
+var stateCache [256]atomic.Pointer[connState]
+
 // stateOf returns conn's connState, creating it for a connection tenantdb
 // has not seen (pgxpool opened it before the hooks ran, or a test).
 func stateOf(conn *pgconn.PgConn) *connState {
+	slot := &stateCache[conn.PID()%uint32(len(stateCache))]
+	if st := slot.Load(); st != nil && st.pc == conn {
+		return st
+	}
 	data := conn.CustomData()
 	st, ok := data[stateKey].(*connState)
 	if !ok {
-		st = &connState{}
+		st = &connState{pc: conn}
 		data[stateKey] = st
+		slot.Store(st)
 	}
 	return st
+}
+
+// forgetState empties conn's slot of stateCache, if it holds conn's state.
+func forgetState(conn *pgconn.PgConn) {
+	slot := &stateCache[conn.PID()%uint32(len(stateCache))]
+	if st := slot.Load(); st != nil && st.pc == conn {
+		slot.CompareAndSwap(st, nil)
+	}
 }
 
 // prepare is the pgxpool PrepareConn hook: it hands conn to the tenant in ctx
@@ -210,10 +237,12 @@ func (s *sessionSetup) release(c *pgxpool.Conn, st *connState, resetting func() 
 		return
 	}
 	ended := startReset(resetting)
+	s.resets.Add(1) // before the slot goes back: see acquiring
 	go func() {
 		defer ended()
 		s.resetOrClose(conn, st)
 		c.Release()
+		s.resets.Add(-1)
 	}()
 }
 
@@ -239,10 +268,12 @@ func (s *sessionSetup) returnConn(conn *pgx.Conn, give func(), resetting func() 
 		return
 	}
 	ended := startReset(resetting)
+	s.resets.Add(1)
 	go func() {
 		defer ended()
 		s.resetOrClose(conn, st)
 		give()
+		s.resets.Add(-1)
 	}()
 }
 
@@ -333,14 +364,16 @@ func (s *sessionSetup) reset(conn *pgx.Conn, st *connState) bool {
 	return true
 }
 
-// acquire acquires a connection of pg, counted in acquiring while it waits.
-// It acquires again when pgxpool gave up because prepare refused every
-// connection it tried (sessions left to their next holder that listened:
-// see package rejected), so that one tenant's leftovers never fail
-// another's call.
+// acquire acquires a connection of pg, counted in acquiring while it may
+// wait for one (see acquiring). It acquires again when pgxpool gave up
+// because prepare refused every connection it tried (sessions left to
+// their next holder that listened: see package rejected), so that one
+// tenant's leftovers never fail another's call.
 func (s *sessionSetup) acquire(ctx context.Context, pg *pgxpool.Pool) (*pgxpool.Conn, error) {
-	s.acquiring.Add(1)
-	defer s.acquiring.Add(-1)
+	if s.inHook || s.resets.Load() > 0 {
+		s.acquiring.Add(1)
+		defer s.acquiring.Add(-1)
+	}
 	for round := 1; ; round++ {
 		c, err := pg.Acquire(ctx)
 		if !rejected.Again(ctx, err, round) {

@@ -46,6 +46,11 @@ type revokeGuard struct {
 	cause      error          // guarded by mu: ErrRevoked, or ErrMoved for a move's end
 	cancelling chan struct{}  // guarded by mu: closed when the CancelRequest is done; nil if none
 	cancelled  *pgconn.PgConn // guarded by mu: the connection the CancelRequest was sent to
+
+	// calls, with NewServers, is where the guard is registered under
+	// tenant, for Move (see register); set before the guard is shared.
+	calls  *inflight
+	tenant string
 }
 
 // guardRevocation returns ctx, cancelled with ErrRevoked when permit's
@@ -73,6 +78,28 @@ func (g *revokeGuard) watch(rev <-chan struct{}) {
 		return
 	}
 	g.revoke(ErrRevoked)
+}
+
+// register records the guard under tenant in calls, so that Move can end
+// the admission's work; unregister undoes it.
+func (g *revokeGuard) register(calls *inflight, tenant string) {
+	g.calls, g.tenant = calls, tenant
+	calls.add(tenant, g)
+}
+
+func (g *revokeGuard) unregister() {
+	if g != nil {
+		g.calls.remove(g.tenant, g)
+	}
+}
+
+// resetting is calls.resetting of the tenant the guard is registered
+// under: nil without NewServers.
+func (g *revokeGuard) resetting() func() func() {
+	if g == nil {
+		return nil
+	}
+	return g.calls.resetting(g.tenant)
 }
 
 // revoke stops the admission's work: a CancelRequest for the statement

@@ -23,23 +23,25 @@ type runner struct {
 	conn  *pgx.Conn
 	local string
 	st    *connState // conn's: each statement marks the session for the reset at release
-	setup *sessionSetup
 }
 
-// runner returns the runner of the tenant in ctx on conn, whose statements
-// run under timeout (when positive) with ScopeTransaction; with
-// ScopeSession, prepare set it on the session.
-func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration) (runner, error) {
-	st := stateOf(conn.PgConn())
-	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(s.cfg) && timeout <= 0 {
-		return runner{conn: conn, st: st, setup: s}, nil
+// runner sets *r to the runner of the tenant in ctx on conn, whose
+// statements run under timeout (when positive) with ScopeTransaction; with
+// ScopeSession, prepare set it on the session. On an error *r runs
+// statements without the setting.
+func (s *sessionSetup) runner(ctx context.Context, conn *pgx.Conn, timeout time.Duration, r *runner) error {
+	r.conn, r.st = conn, stateOf(conn.PgConn())
+	r.st.setup = s
+	if s == nil || s.cfg.Scope != ScopeTransaction || !sessionEnabled(&s.cfg) && timeout <= 0 {
+		return nil
 	}
 	tenant, _ := TenantFrom(ctx)
 	local, err := s.localStatement(tenant, conn.PgConn(), timeout)
 	if err != nil {
-		return runner{conn: conn, st: st, setup: s}, err
+		return err
 	}
-	return runner{conn: conn, local: local, st: st, setup: s}, nil
+	r.local = local
+	return nil
 }
 
 // used marks the session as one a statement may have changed, to be reset

@@ -58,7 +58,7 @@ const (
 )
 
 // sessionEnabled reports whether s sets anything.
-func sessionEnabled(s Session) bool {
+func sessionEnabled(s *Session) bool {
 	return s.TenantSetting != "" || s.SearchPath != nil || s.Role != nil
 }
 
@@ -126,8 +126,15 @@ type sessionSetup struct {
 	// acquiring counts the Pool's calls waiting for a connection of the
 	// shared pgxpool, and idle reports whether it has an idle one (nil with
 	// Config.Database): while calls wait and none is idle, a release leaves
-	// the reset to the next holder (see release).
+	// the reset to the next holder (see release). A call that holds its
+	// slot waits for a connection only while connections are out of the
+	// pool without a slot (the gate's capacity is MaxConns): in resets at
+	// release, which resets counts, or in a pgxpool.Config's AfterRelease
+	// (inHook); acquire counts the calls only then, so that an acquire
+	// that cannot wait pays no shared counter (two atomic adds). Connections
+	// taken through Pool.Pgxpool are not seen.
 	acquiring atomic.Int32
+	resets    atomic.Int32
 	idle      func() bool
 
 	// waiting, with Config.Database and Affinity, reports whether a tenant
@@ -292,14 +299,14 @@ func (s *sessionSetup) searchPath(tenant string) (schemas []string, err error) {
 // transactional reports whether statements must set the tenant's values
 // themselves (ScopeTransaction with something to set).
 func (s *sessionSetup) transactional() bool {
-	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(s.cfg)
+	return s != nil && s.cfg.Scope == ScopeTransaction && sessionEnabled(&s.cfg)
 }
 
 // sessionValues is the statement that sets tenant's values for the
 // session, with timeout (when positive) as its statement_timeout: "" without
 // ScopeSession or with nothing to set.
 func (s *sessionSetup) sessionValues(tenant string, timeout time.Duration) (string, error) {
-	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(s.cfg) {
+	if s.cfg.Scope != ScopeSession || timeout <= 0 && !sessionEnabled(&s.cfg) {
 		return "", nil
 	}
 	var sql string
@@ -363,13 +370,22 @@ func timeoutMillis(d time.Duration) string {
 // BeforeAcquire, which pgxpool ignores once PrepareConn is set), so that
 // the user's hook sees the tenant's state, and, when it has an
 // AfterRelease, afterRelease before it; without one, tenantdb resets
-// sessions in its own releases (see release). A panic in the user's
+// sessions in its own releases (see release); BeforeClose empties the
+// connection's slot of stateCache before the user's. A panic in the user's
 // PrepareConn fails the acquire with an error and destroys the connection,
 // instead of leaking it inside pgxpool.
 func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 	if after := pgxCfg.AfterRelease; after != nil {
 		s.inHook = true
 		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
+	}
+	if before := pgxCfg.BeforeClose; before == nil {
+		pgxCfg.BeforeClose = func(c *pgx.Conn) { forgetState(c.PgConn()) }
+	} else {
+		pgxCfg.BeforeClose = func(c *pgx.Conn) {
+			forgetState(c.PgConn())
+			before(c)
+		}
 	}
 	if after := pgxCfg.AfterConnect; after == nil {
 		pgxCfg.AfterConnect = s.connect

@@ -21,7 +21,8 @@ func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (_ pgx.Tx, 
 	if txOptions.AccessMode == pgx.ReadOnly && p.servers != nil && !IsReadOnly(ctx) {
 		ctx = ReadOnly(ctx)
 	}
-	ctx, h, err := p.hold(ctx)
+	var h held
+	ctx, err = p.hold(ctx, &h)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func (p *Pool) BeginTx(ctx context.Context, txOptions pgx.TxOptions) (_ pgx.Tx, 
 		return nil, err
 	}
 	tx.Tx = t
-	tx.w = watchHold(tx.h, liveRef{}, pgx.ErrTxClosed)
+	tx.w = watchHold(&tx.h, liveRef{}, pgx.ErrTxClosed)
 	return tx, nil
 }
 
