@@ -69,6 +69,10 @@ type op struct {
 	badRole  bool          // a call of the tenant whose Session.Role does not exist (badrole.go)
 	cut      time.Duration // for a hostile statement with a cut, or a burst: when its context ends
 	burst    bool          // the budget filled with long statements whose deadlines end (burst.go)
+	hRO, pRO bool          // the first statement, the probe, marked tenantdb.ReadOnly (replicas.go)
+	held     heldKind      // instead of the first statement, a hold that outlives the time limits (held.go)
+	heldSet  uint16        // which of heldStmts the hold sends
+	heldWait time.Duration // how long past its limit the hold idles or works
 }
 
 func (o op) String() string {
@@ -79,17 +83,25 @@ func (o op) String() string {
 		return fmt.Sprintf("w%d t%d burst of pg_sleep(20), deadline %v", o.worker, o.tenant, o.cut)
 	}
 	s := fmt.Sprintf("w%d t%d", o.worker, o.tenant)
-	if o.hostile >= 0 {
+	if o.held != heldNone {
+		s += fmt.Sprintf(" %s (statements %#x), then %v more", o.held, o.heldSet, o.heldWait)
+	} else if o.hostile >= 0 {
 		s += fmt.Sprintf(" hostile %s via %s", catalog[o.hostile].name, o.hPath)
 	} else if o.write {
 		s += fmt.Sprintf(" write via %s", o.hPath)
 	}
-	if o.hVia != viaDirect && (o.hostile >= 0 || o.write) {
+	if o.hVia != viaDirect && (o.hostile >= 0 || o.write || o.held != heldNone) {
 		s += " in a " + viaNames[o.hVia]
+	}
+	if o.hRO && (o.hostile >= 0 || o.held != heldNone) {
+		s += " ReadOnly"
 	}
 	s += fmt.Sprintf(", probe via %s", o.pPath)
 	if o.pVia != viaDirect {
 		s += " in a " + viaNames[o.pVia]
+	}
+	if o.pRO {
+		s += " ReadOnly"
 	}
 	if o.mode > 0 {
 		s += " mode " + modeNames[o.mode]
@@ -170,6 +182,12 @@ func genOp(r, r2 *rand.Rand, c config, worker int) op {
 	if c.database && r2.IntN(50) == 0 {
 		o.burst, o.cut = true, time.Duration(500+r2.IntN(1500))*time.Millisecond
 	}
+	if c.replicas {
+		o.hRO, o.pRO = !o.write && r2.IntN(2) == 0, r2.IntN(3) > 0
+	}
+	if c.holdLimits && r2.IntN(3) == 0 {
+		o.drawHeld(r2)
+	}
 	return o
 }
 
@@ -202,7 +220,16 @@ func (rc *runCtx) exec(o op) []string {
 	tenant := rc.env.tenants[o.tenant]
 	var bad []string
 	started := time.Now()
-	if o.hostile >= 0 || o.write {
+	if o.held != heldNone {
+		ctx, cancel := rc.opCtx(o, 0, false)
+		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
+			if o.hRO {
+				ctx = tenantdb.ReadOnly(ctx)
+			}
+			return rc.sendHeld(ctx, o)
+		})...)
+		cancel()
+	} else if o.hostile >= 0 || o.write {
 		var h *hostile
 		sqlText := ""
 		var args []any
@@ -229,6 +256,9 @@ func (rc *runCtx) exec(o op) []string {
 		}
 		ctx, cancel := rc.opCtx(o, d, c)
 		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
+			if o.hRO {
+				ctx = tenantdb.ReadOnly(ctx)
+			}
 			err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
 			if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
 				extra = append(extra, "first statement: "+m)
@@ -240,13 +270,16 @@ func (rc *runCtx) exec(o op) []string {
 	ctx, cancel := rc.opCtx(o, o.probeDL, false)
 	defer cancel()
 	bad = append(bad, rc.run(ctx, o, o.pVia, func(ctx context.Context) []string {
+		if o.pRO {
+			ctx = tenantdb.ReadOnly(ctx)
+		}
 		var r probeResult
 		err := rc.probe(ctx, o, &r)
 		if m := rc.judgeErr(ctx, tenant, err, false, nil, started); m != "" {
 			return []string{"probe: " + m}
 		}
 		if err == nil {
-			return rc.checkProbe(tenant, o.nonce, r)
+			return append(rc.checkProbe(tenant, o.nonce, r), rc.checkWhere(ctx, r)...)
 		}
 		return nil
 	})...)
