@@ -63,6 +63,7 @@ var configs = []config{
 	{name: "replicas", scope: tenantdb.ScopeSession, setting: true, replicas: true},
 	{name: "replicas-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, replicas: true, failRead: true},
 	{name: "timelimits", scope: tenantdb.ScopeSession, setting: true, classes: true, holdLimits: true},
+	{name: "replicas-timelimits", scope: tenantdb.ScopeSession, setting: true, role: true, replicas: true, holdLimits: true},
 	{name: "timelimits-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, role: true, holdLimits: true},
 }
 
