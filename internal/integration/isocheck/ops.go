@@ -270,7 +270,10 @@ func (rc *runCtx) exec(o op) []string {
 	ctx, cancel := rc.opCtx(o, o.probeDL, false)
 	defer cancel()
 	bad = append(bad, rc.run(ctx, o, o.pVia, func(ctx context.Context) []string {
-		if o.pRO {
+		switch {
+		case o.pRO && o.pPath == pathTx && o.nonce&1 == 0:
+			ctx = context.WithValue(ctx, txReadOnlyKey{}, true) // BeginTx with AccessMode ReadOnly, no mark
+		case o.pRO:
 			ctx = tenantdb.ReadOnly(ctx)
 		}
 		var r probeResult
@@ -518,7 +521,11 @@ func (rc *runCtx) probe(ctx context.Context, o op, r *probeResult) error {
 		}
 		return err
 	case pathTx:
-		tx, err := rc.pool.Begin(ctx)
+		var opts pgx.TxOptions
+		if txReadOnly(ctx) {
+			opts.AccessMode = pgx.ReadOnly // routed as a ReadOnly mark is (docs/servers.md)
+		}
+		tx, err := rc.pool.BeginTx(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -158,6 +158,15 @@ func (rc *runCtx) replicaLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.R
 	}
 }
 
+// txReadOnlyKey marks a phase whose transaction is begun with
+// pgx.TxOptions{AccessMode: pgx.ReadOnly} instead of a ReadOnly context.
+type txReadOnlyKey struct{}
+
+func txReadOnly(ctx context.Context) bool { return ctx.Value(txReadOnlyKey{}) != nil }
+
+// readOnly reports whether the phase of ctx is read-only, by either mark.
+func readOnly(ctx context.Context) bool { return tenantdb.IsReadOnly(ctx) || txReadOnly(ctx) }
+
 // replicaCutSince reports whether the replica was cut off or paused at some
 // time since started.
 func (rc *runCtx) replicaCutSince(started time.Time) bool {
@@ -181,14 +190,14 @@ func (rc *runCtx) judgeReplica(ctx context.Context, err error, started time.Time
 	}
 	if errors.Is(err, tenantdb.ErrReplicaUnavailable) {
 		switch {
-		case !tenantdb.IsReadOnly(ctx):
+		case !readOnly(ctx):
 			return "ErrReplicaUnavailable for a call not marked ReadOnly: " + err.Error(), true
 		case !rc.cfg.failRead:
 			return "ErrReplicaUnavailable with ReadPrimary, which falls back: " + err.Error(), true
 		}
 		return "", true
 	}
-	if tenantdb.IsReadOnly(ctx) && rc.replicaCutSince(started) && (connLost(err) || errors.Is(err, context.DeadlineExceeded)) {
+	if readOnly(ctx) && rc.replicaCutSince(started) && (connLost(err) || errors.Is(err, context.DeadlineExceeded)) {
 		return "", true
 	}
 	return "", false
@@ -204,7 +213,7 @@ func (rc *runCtx) checkWhere(ctx context.Context, r probeResult) []string {
 		}
 		return nil
 	}
-	ro := tenantdb.IsReadOnly(ctx)
+	ro := readOnly(ctx)
 	switch {
 	case r.standby == "true" && !ro:
 		return []string{"a call not marked ReadOnly ran on the replica"}
