@@ -48,10 +48,12 @@ const (
 	heldTxBusy            // a Tx working (short statements) past MaxHold
 	heldConnIdle          // a Conn held, outside any transaction, past MaxHold
 	heldConnSQL           // a Conn with BEGIN sent as SQL, left idle
+	heldSQLTx             // a database/sql Tx (tenantsql) left idle
+	heldSQLConn           // a database/sql Conn (tenantsql) held past MaxHold
 	numHeldKinds
 )
 
-var heldNames = [...]string{"", "Tx left idle", "Tx working past MaxHold", "Conn held past MaxHold", "Conn with SQL BEGIN left idle"}
+var heldNames = [...]string{"", "Tx left idle", "Tx working past MaxHold", "Conn held past MaxHold", "Conn with SQL BEGIN left idle", "sql.Tx left idle", "sql.Conn held past MaxHold"}
 
 func (k heldKind) String() string { return heldNames[k] }
 
@@ -144,6 +146,29 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 				judged("Rollback", tx.Rollback(ctx), false)
 			}
 		}
+	case heldSQLTx:
+		tx, err := rc.db.BeginTx(ctx, nil)
+		if err != nil {
+			judged("sql BeginTx", err, false)
+			return bad
+		}
+		exec = func(ctx context.Context, q string) error { _, err := tx.ExecContext(ctx, q); return err }
+		finish = func() {
+			judged("sql Commit", tx.Commit(), false)
+			tx.Rollback() // database/sql's Tx is done after Commit, whatever it returned: sql.ErrTxDone
+		}
+	case heldSQLConn:
+		c, err := rc.db.Conn(ctx)
+		if err != nil {
+			judged("sql Conn", err, false)
+			return bad
+		}
+		exec = func(ctx context.Context, q string) error { _, err := c.ExecContext(ctx, q); return err }
+		finish = func() {
+			if err := c.Close(); err != nil && !ended {
+				judged("sql Conn Close", err, false)
+			}
+		}
 	default:
 		c, err := rc.pool.Acquire(ctx)
 		if err != nil {
@@ -170,9 +195,9 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 	}
 	// The hold outlives its limit: idle, or working in short statements.
 	switch o.held {
-	case heldTxIdle, heldConnSQL:
+	case heldTxIdle, heldConnSQL, heldSQLTx:
 		time.Sleep(2*idleTimeout + o.heldWait) // the holder forgets its transaction
-	case heldConnIdle:
+	case heldConnIdle, heldSQLConn:
 		time.Sleep(maxHold + o.heldWait) // the holder forgets its Conn
 	case heldTxBusy:
 		// Until an error: a statement of its own may have aborted the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"regexp"
@@ -34,7 +35,8 @@ const probeSQL = `select $1::int,
  coalesce((select string_agg('evil_t' || objid, ',') from pg_locks where locktype = 'advisory' and pid = pg_backend_pid() and classid = 4242), ''),
  coalesce((select string_agg(relname, ',' order by relname) from pg_class where relnamespace = pg_my_temp_schema() and relname <> 'marker'), ''),
  concat_ws(',',
-  case when current_setting('default_transaction_read_only') = 'on' or (current_setting('transaction_read_only') = 'on' and not pg_is_in_recovery()) then 'ro' end,
+  case when current_setting('default_transaction_read_only') = 'on' then 'ro'
+   when current_setting('transaction_read_only') = 'on' and not pg_is_in_recovery() then 'rt' end,
   case when current_setting('statement_timeout') <> '0' then 'st' end,
   case when current_setting('lock_timeout') <> '0' then 'lt' end,
   case when current_setting('idle_in_transaction_session_timeout') <> '0' then 'it' end),
@@ -281,6 +283,9 @@ func connLost(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == "57P01" || pgErr.Code == "57P05" || strings.HasPrefix(pgErr.Code, "08")
+	}
+	if errors.Is(err, driver.ErrBadConn) {
+		return true // database/sql's, from a sql.Tx or sql.Conn whose connection a fault ended (held.go)
 	}
 	m := err.Error()
 	for _, s := range []string{"EOF", "conn closed", "connection reset", "broken pipe", "closed the connection", "closed pool", "conn busy"} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -282,6 +283,10 @@ func (rc *runCtx) exec(o op) []string {
 			return []string{"probe: " + m}
 		}
 		if err == nil {
+			if txReadOnly(ctx) {
+				// Its own BEGIN READ ONLY, on the primary it fell back to.
+				r.stickyVisible = strings.Trim(strings.ReplaceAll(","+r.stickyVisible+",", ",rt,", ","), ",")
+			}
 			return append(rc.checkProbe(tenant, o.nonce, r), rc.checkWhere(ctx, r)...)
 		}
 		return nil
