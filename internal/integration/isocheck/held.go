@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -50,10 +51,12 @@ const (
 	heldConnSQL           // a Conn with BEGIN sent as SQL, left idle
 	heldSQLTx             // a database/sql Tx (tenantsql) left idle
 	heldSQLConn           // a database/sql Conn (tenantsql) held past MaxHold
+	heldRowsOpen          // a Conn past MaxHold with Rows open, which keep it busy until closed
 	numHeldKinds
 )
 
-var heldNames = [...]string{"", "Tx left idle", "Tx working past MaxHold", "Conn held past MaxHold", "Conn with SQL BEGIN left idle", "sql.Tx left idle", "sql.Conn held past MaxHold"}
+var heldNames = [...]string{"", "Tx left idle", "Tx working past MaxHold", "Conn held past MaxHold", "Conn with SQL BEGIN left idle", "sql.Tx left idle", "sql.Conn held past MaxHold",
+	"Conn held past MaxHold with Rows open"}
 
 func (k heldKind) String() string { return heldNames[k] }
 
@@ -112,6 +115,8 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 				rc.holdEnds.Add(1)
 			}
 			ended = true
+		case ctx.Err() != nil && err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, sql.ErrTxDone)):
+			// its context ended (database/sql then rolls its Tx back itself)
 		case ended:
 			bad = append(bad, fmt.Sprintf("%s after the hold was ended: %v (want ErrIdleInTransaction or ErrMaxHold)", what, err))
 		case aborted && (errors.Is(err, pgx.ErrTxCommitRollback) || pgCode(err) == "25P02"):
@@ -131,6 +136,7 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 		}
 	}
 	var exec func(ctx context.Context, sql string) error
+	var conn tenantdb.Conn // the Conn of heldRowsOpen
 	var finish func()
 	switch o.held {
 	case heldTxIdle, heldTxBusy:
@@ -175,6 +181,7 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 			judged("Acquire", err, false)
 			return bad
 		}
+		conn = c
 		exec = func(ctx context.Context, q string) error { _, err := c.Exec(ctx, q); return err }
 		finish = func() {
 			if !ended && o.held == heldConnSQL {
@@ -199,6 +206,18 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 		time.Sleep(2*idleTimeout + o.heldWait) // the holder forgets its transaction
 	case heldConnIdle, heldSQLConn:
 		time.Sleep(maxHold + o.heldWait) // the holder forgets its Conn
+	case heldRowsOpen:
+		// Rows left open keep the hold busy past MaxHold (docs/budgets.md);
+		// their Close ends it.
+		rows, err := conn.Query(ctx, "select generate_series(1, 3)")
+		if err != nil {
+			judged("Query", err, false)
+			break
+		}
+		rows.Next()
+		time.Sleep(maxHold + o.heldWait)
+		rows.Close()
+		judged("Rows", rows.Err(), false)
 	case heldTxBusy:
 		// Until an error: a statement of its own may have aborted the
 		// transaction (25P02), or a fault ended the connection.

@@ -222,7 +222,8 @@ func (rc *runCtx) exec(o op) []string {
 	var bad []string
 	started := time.Now()
 	if o.held != heldNone {
-		ctx, cancel := rc.opCtx(o, 0, false)
+		// The op's deadline or cancellation, if drawn, races the limits.
+		ctx, cancel := rc.opCtx(o, o.deadline, o.cancel)
 		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
 			if o.hRO {
 				ctx = tenantdb.ReadOnly(ctx)
