@@ -32,7 +32,7 @@ import (
 
 const (
 	replicaServer = "s0"
-	replicaMaxLag = time.Second
+	replicaMaxLag = 2 * time.Second
 )
 
 // replicaEnv is the replica, started the first time a replicas
@@ -91,7 +91,7 @@ func newReplicaPool(ctx context.Context, e *env, c config, pcfg *pgxpool.Config,
 	}
 	p, err := tenantdb.NewServers(ctx, map[string]*pgxpool.Config{replicaServer: pcfg}, cfg,
 		tenantdb.WithReplicas(replicaServer, tenantdb.Replicas{
-			Configs: []*pgxpool.Config{rcfg}, MaxLag: replicaMaxLag, ProbeEvery: 100 * time.Millisecond, Unavailable: fallback,
+			Configs: []*pgxpool.Config{rcfg}, MaxLag: replicaMaxLag, ProbeEvery: 200 * time.Millisecond, Unavailable: fallback,
 		}))
 	if err != nil {
 		return nil, nil, err
@@ -119,7 +119,7 @@ func splitHostPort(addr string) (string, uint16, error) {
 	return "", 0, fmt.Errorf("isocheck: no port in %q", addr)
 }
 
-// replicaLoop cuts the replica off, or pauses its replay, every 1 to 4 s
+// replicaLoop cuts the replica off, or pauses its replay, every 3 to 8 s
 // until ctx ends; each window (and 2 s after) excuses the lost connections
 // of read-only calls, and only of those.
 func (rc *runCtx) replicaLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Rand) {
@@ -129,7 +129,7 @@ func (rc *runCtx) replicaLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.R
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(1000+r.IntN(3000)) * time.Millisecond):
+		case <-time.After(time.Duration(3000+r.IntN(5000)) * time.Millisecond):
 		}
 		d := time.Duration(200+r.IntN(1800)) * time.Millisecond
 		rc.mu.Lock()
