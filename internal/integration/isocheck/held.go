@@ -115,8 +115,13 @@ func (rc *runCtx) sendHeld(ctx context.Context, o op) []string {
 				rc.holdEnds.Add(1)
 			}
 			ended = true
-		case ctx.Err() != nil && err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, sql.ErrTxDone)):
-			// its context ended (database/sql then rolls its Tx back itself)
+		case ctx.Err() != nil && err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, sql.ErrTxDone) || errors.Is(err, sql.ErrConnDone)):
+			// its context ended: database/sql then rolls its Tx back, or
+			// closes its Conn, itself
+		case ctx.Err() != nil && err != nil && !ended && connLost(err):
+			// pgx closes a connection whose statement a context
+			// interrupted: the holder's later calls find it closed. Not
+			// after the hold was ended: those must not reach the connection.
 		case ended:
 			bad = append(bad, fmt.Sprintf("%s after the hold was ended: %v (want ErrIdleInTransaction or ErrMaxHold)", what, err))
 		case aborted && (errors.Is(err, pgx.ErrTxCommitRollback) || pgCode(err) == "25P02"):
