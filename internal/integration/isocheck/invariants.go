@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -39,7 +40,8 @@ const probeSQL = `select $1::int,
    when current_setting('transaction_read_only') = 'on' and not pg_is_in_recovery() then 'rt' end,
   case when current_setting('statement_timeout') <> '0' then 'st' end,
   case when current_setting('lock_timeout') <> '0' then 'lt' end,
-  case when current_setting('idle_in_transaction_session_timeout') <> '0' then 'it' end),
+  case when current_setting('idle_in_transaction_session_timeout') <> '0' then 'it' end,
+  case when current_setting('idle_session_timeout') <> '0' then 'is' end),
  coalesce((select string_agg(tenant, ',' order by tenant) from rls_rows), ''),
  pg_is_in_recovery()::text,
  coalesce((extract(epoch from (select backend_start from pg_stat_activity where pid = pg_backend_pid())) * 1000)::bigint::text, '')`
@@ -284,8 +286,12 @@ func connLost(err error) bool {
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == "57P01" || pgErr.Code == "57P05" || strings.HasPrefix(pgErr.Code, "08")
 	}
-	if errors.Is(err, driver.ErrBadConn) {
-		return true // database/sql's, from a sql.Tx or sql.Conn whose connection a fault ended (held.go)
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) && !errors.Is(err, tenantdb.ErrConnReleased) &&
+		!errors.Is(err, tenantdb.ErrIdleInTransaction) && !errors.Is(err, tenantdb.ErrMaxHold) {
+		// database/sql's, from a sql.Tx or sql.Conn whose connection a
+		// fault ended: ErrBadConn, then ErrConnDone for the closed sql.Conn
+		// (held.go); not tenantsql's ErrConnDone of an ended hold.
+		return true
 	}
 	m := err.Error()
 	for _, s := range []string{"EOF", "conn closed", "connection reset", "broken pipe", "closed the connection", "closed pool", "conn busy"} {
