@@ -72,7 +72,7 @@ var catalog = []hostile{
 	{name: "alter-role-read-only", sql: "alter role current_user set default_transaction_read_only = on", roleDefaults: true},
 	{name: "alter-role-in-database", sql: "alter role current_user in database {otherdb} set search_path = {tag}, public", roleDefaults: true},
 	{name: "alter-role-in-database-read-only", sql: "alter role current_user in database {otherdb} set default_transaction_read_only = on", roleDefaults: true},
-	{name: "idle_session_timeout-tiny", sql: "set idle_session_timeout = 100", endsSession: true},
+	{name: "idle_session_timeout-tiny", sql: "set idle_session_timeout = 100", sticky: []string{"is"}, endsSession: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
 	{name: "sleep-long", sql: "select pg_sleep(3)"},
 	{name: "sleep-cut", sql: "select pg_sleep(20)", cut: 300 * time.Millisecond},

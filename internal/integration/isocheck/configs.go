@@ -34,6 +34,9 @@ type config struct {
 	failClosed bool // the limiter's Mode is FailClosed (else FailOpen, its default)
 	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
 	servers    bool // tenantdb.NewServers over three servers, tenants moved between them (servers.go)
+	replicas   bool // tenantdb.NewServers over one server and its streaming replica, reads marked ReadOnly (replicas.go)
+	failRead   bool // the replica's Unavailable is FailRead (else ReadPrimary, its default)
+	holdLimits bool // small IdleInTransactionTimeout and MaxHold, a class Budget, and holds that outlive them (held.go)
 }
 
 // configs lists every configuration, in the order -config all runs them.
@@ -57,6 +60,11 @@ var configs = []config{
 	{name: "cluster-closed", scope: tenantdb.ScopeSession, setting: true, cluster: true, failClosed: true},
 	{name: "servers", scope: tenantdb.ScopeSession, setting: true, servers: true},
 	{name: "servers-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true},
+	{name: "replicas", scope: tenantdb.ScopeSession, setting: true, replicas: true},
+	{name: "replicas-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, replicas: true, failRead: true},
+	{name: "timelimits", scope: tenantdb.ScopeSession, setting: true, classes: true, holdLimits: true},
+	{name: "replicas-timelimits", scope: tenantdb.ScopeSession, setting: true, role: true, replicas: true, holdLimits: true},
+	{name: "timelimits-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, role: true, holdLimits: true},
 }
 
 func findConfig(name string) (config, bool) {
@@ -182,6 +190,21 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.
 			"report": {MaxConns: 1, MaxWaiting: tenantdb.Unbounded, MaxShare: 0.5},
 		}
 	}
+	if c.holdLimits {
+		// Limits that the workload's own holds outlive (held.go); a class
+		// budget small enough to refuse and queue some of its calls.
+		plan := cfg.Plans["default"]
+		plan.IdleInTransactionTimeout, plan.MaxHold = idleTimeout, maxHold
+		cfg.Plans["default"] = plan
+		if c.classes {
+			b := cfg.Classes["batch"]
+			b.Budget = pool.Budget{Rate: 0.5, Burst: 500 * time.Millisecond}
+			cfg.Classes["batch"] = b
+			r := cfg.Classes["report"]
+			r.MaxWaiting, r.Budget = 0, pool.Budget{Rate: 0.2, Burst: 300 * time.Millisecond}
+			cfg.Classes["report"] = r
+		}
+	}
 	if c.adaptive {
 		cfg.Adaptive = pool.Adaptive{Enabled: true, MinConns: 1, ProbeInterval: 200 * time.Millisecond}
 	}
@@ -207,6 +230,14 @@ func (c config) newPool(ctx context.Context, e *env, maxConns int) (p *tenantdb.
 		}
 		cfg.Cluster = lim
 		closeExtra = func() { lim.Close(); client.Close() }
+	}
+	if c.replicas {
+		p, closeReplica, err := newReplicaPool(ctx, e, c, pcfg, cfg)
+		if err != nil {
+			closeExtra()
+			return nil, "", nil, err
+		}
+		return p, "", func() { p.Close(); closeReplica(); closeExtra() }, nil
 	}
 	p, err = tenantdb.New(ctx, pcfg, cfg)
 	if err != nil {

@@ -32,7 +32,8 @@ type env struct {
 	proxy       *proxy
 	redisProxy  *proxy // between the cluster limiter and Redis, which it cuts off (redisfault.go)
 	tenants     []string
-	srv         *srvEnv // the servers configuration's, once it ran (servers.go)
+	srv         *srvEnv     // the servers configuration's, once it ran (servers.go)
+	replica     *replicaEnv // the replicas configurations', once one ran (replicas.go)
 	stopped     []func()
 }
 
@@ -122,6 +123,16 @@ func (e *env) close() {
 	}
 }
 
+// rlsSetup is, in every database the probe reads, a table of one row per
+// tenant under row-level security: a tenant sees only the row its setting
+// names (the probe's rls column).
+var rlsSetup = fmt.Sprintf(`create table rls_rows (tenant text);
+insert into rls_rows select 't' || i from generate_series(0, %d) i;
+alter table rls_rows enable row level security;
+create policy own on rls_rows using (tenant = current_setting('iso.tenant', true));
+grant select on rls_rows to public;
+`, numTenants-1)
+
 // setup creates the login role, and per tenant a role, an "evil" role its
 // hostile statements switch to, a schema and a database, each with a marker
 // table holding only that tenant's row (the template database's public one
@@ -134,7 +145,7 @@ insert into marker values ('public');
 create table items (tenant text, db text default current_database(), usr text default current_user, n int);
 grant select on marker to public;
 grant select, insert on items to public;
-`, loginRole, loginPass)
+%s`, loginRole, loginPass, rlsSetup)
 	for _, t := range e.tenants {
 		fmt.Fprintf(&b, `create role %[1]s nologin;
 create role iso_%[2]s nologin;
@@ -168,7 +179,8 @@ grant select on %[4]s.marker to public;
 insert into marker values ('%s');
 create table items (tenant text, db text default current_database(), usr text default current_user, n int);
 grant select on marker to public;
-grant select, insert on items to public;`, t))
+grant select, insert on items to public;
+%s`, t, rlsSetup))
 		c.Close(ctx)
 		if err != nil {
 			return err

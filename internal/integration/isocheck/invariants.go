@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"regexp"
@@ -34,33 +36,39 @@ const probeSQL = `select $1::int,
  coalesce((select string_agg('evil_t' || objid, ',') from pg_locks where locktype = 'advisory' and pid = pg_backend_pid() and classid = 4242), ''),
  coalesce((select string_agg(relname, ',' order by relname) from pg_class where relnamespace = pg_my_temp_schema() and relname <> 'marker'), ''),
  concat_ws(',',
-  case when current_setting('default_transaction_read_only') = 'on' or current_setting('transaction_read_only') = 'on' then 'ro' end,
+  case when current_setting('default_transaction_read_only') = 'on' then 'ro'
+   when current_setting('transaction_read_only') = 'on' and not pg_is_in_recovery() then 'rt' end,
   case when current_setting('statement_timeout') <> '0' then 'st' end,
   case when current_setting('lock_timeout') <> '0' then 'lt' end,
-  case when current_setting('idle_in_transaction_session_timeout') <> '0' then 'it' end),
+  case when current_setting('idle_in_transaction_session_timeout') <> '0' then 'it' end,
+  case when current_setting('idle_session_timeout') <> '0' then 'is' end),
+ coalesce((select string_agg(tenant, ',' order by tenant) from rls_rows), ''),
+ pg_is_in_recovery()::text,
  coalesce((extract(epoch from (select backend_start from pg_stat_activity where pid = pg_backend_pid())) * 1000)::bigint::text, '')`
 
 // probeTextColumns counts the probe's text columns (all but the nonce).
-const probeTextColumns = 13
+const probeTextColumns = 15
 
 // probeResult is one answer of the probe.
 type probeResult struct {
 	nonce                                                      int32
 	database, user, session, setting, searchPath, marker       string
 	prepared, cursors, listens, advisory, temps, stickyVisible string
+	rls                                                        string // the rows of rls_rows it saw
+	standby                                                    string // pg_is_in_recovery(): "true" on a replica
 	backendStart                                               string // unix ms
 }
 
 func (r *probeResult) dest() []any {
 	return []any{&r.nonce, &r.database, &r.user, &r.session, &r.setting, &r.searchPath, &r.marker,
-		&r.prepared, &r.cursors, &r.listens, &r.advisory, &r.temps, &r.stickyVisible, &r.backendStart}
+		&r.prepared, &r.cursors, &r.listens, &r.advisory, &r.temps, &r.stickyVisible, &r.rls, &r.standby, &r.backendStart}
 }
 
 func (r probeResult) fields() [][2]string {
 	return [][2]string{{"current_database", r.database}, {"current_user", r.user}, {"session_user", r.session},
 		{"setting", r.setting}, {"search_path", r.searchPath}, {"marker", r.marker}, {"prepared", r.prepared},
 		{"cursors", r.cursors}, {"listen", r.listens}, {"advisory", r.advisory}, {"temp", r.temps},
-		{"state", r.stickyVisible}}
+		{"state", r.stickyVisible}, {"rls", r.rls}}
 }
 
 // Behind a transaction pooler, what lives in the server connection's session
@@ -102,6 +110,11 @@ func (rc *runCtx) checkProbe(tenant string, nonce int32, r probeResult) []string
 			foreign = true
 			bad = append(bad, fmt.Sprintf("%s is %q: %s's leftover", f[0], f[1], strings.TrimPrefix(t, "evil_")))
 		}
+	}
+	// Row-level security shows a tenant the row its setting names: its
+	// own, or none (no setting, its own tag); never another's.
+	if r.rls != "" && r.rls != tenant && !(own && strings.Contains(r.rls, tag(tenant))) {
+		bad = append(bad, fmt.Sprintf("row-level security showed rows %q to %s", r.rls, tenant))
 	}
 	want := rc.cfg.expected(rc.env, tenant)
 	sticky := rc.sticky(tenant)
@@ -190,6 +203,12 @@ func (rc *runCtx) judge(ctx context.Context, tenant string, err error, hostileOw
 			return "" // the cancel request of the ended context won the race
 		}
 	}
+	if m, ok := rc.judgeReplica(ctx, err, started); ok {
+		return m
+	}
+	if rc.cfg.holdLimits && limitErr(err) {
+		return "" // tenantdb ended the hold: IdleInTransactionTimeout or MaxHold (held.go)
+	}
 	if isPg && rc.sticky(tenant)[pgErr.Code] {
 		return ""
 	}
@@ -267,6 +286,13 @@ func connLost(err error) bool {
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == "57P01" || pgErr.Code == "57P05" || strings.HasPrefix(pgErr.Code, "08")
 	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) && !errors.Is(err, tenantdb.ErrConnReleased) &&
+		!errors.Is(err, tenantdb.ErrIdleInTransaction) && !errors.Is(err, tenantdb.ErrMaxHold) {
+		// database/sql's, from a sql.Tx or sql.Conn whose connection a
+		// fault ended: ErrBadConn, then ErrConnDone for the closed sql.Conn
+		// (held.go); not tenantsql's ErrConnDone of an ended hold.
+		return true
+	}
 	m := err.Error()
 	for _, s := range []string{"EOF", "conn closed", "connection reset", "broken pipe", "closed the connection", "closed pool", "conn busy"} {
 		if strings.Contains(m, s) {
@@ -289,7 +315,7 @@ type sampler struct {
 // violation once it lasts a second.
 func (s *sampler) run(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
-	var overSince time.Time
+	var overSince, replicaOver time.Time
 	maxSeen := 0
 	for ctx.Err() == nil {
 		var n int
@@ -308,6 +334,7 @@ func (s *sampler) run(ctx context.Context, wg *sync.WaitGroup) {
 				overSince, maxSeen = time.Time{}, 0
 			}
 		}
+		s.rc.sampleReplica(ctx, &replicaOver, s.limit)
 		s.rc.adapters.check(s.rc)
 		for _, t := range s.rc.env.tenants {
 			st := s.rc.pool.TenantStat(t)

@@ -44,12 +44,21 @@ func TestCheckProbe(t *testing.T) {
 		"marker":    func(r *probeResult) { r.marker = "public" },
 		"read-only": func(r *probeResult) { r.stickyVisible = "ro" },
 		"nonce":     func(r *probeResult) { r.nonce = 8 },
+		"rls":       func(r *probeResult) { r.rls = "t0,t1" },
+		"rls-other": func(r *probeResult) { r.rls = "t1" },
+		"tx-ro":     func(r *probeResult) { r.stickyVisible = "rt" },
 	}
 	for name, mutate := range cases {
 		r := good
 		mutate(&r)
 		if bad := rc.checkProbe("t0", 7, r); len(bad) == 0 {
 			t.Errorf("%s: not flagged", name)
+		}
+	}
+	if r := good; true {
+		r.rls = "t0"
+		if bad := rc.checkProbe("t0", 7, r); len(bad) != 0 {
+			t.Errorf("the tenant's own row under row-level security: %v", bad)
 		}
 	}
 	rc.markSticky("t0", "ro")
@@ -93,6 +102,59 @@ func TestJudgeErr(t *testing.T) {
 	for _, c := range bad {
 		if m := rc.judgeErr(c.ctx, "t0", c.err, false, nil, start); !strings.Contains(m, "unexpected") {
 			t.Errorf("%v: not flagged", c.err)
+		}
+	}
+}
+
+// TestReplicaJudges: where a probe ran and ErrReplicaUnavailable are judged
+// by the call's read-only mark and the fallback (replicas.go).
+func TestReplicaJudges(t *testing.T) {
+	live, start := context.Background(), time.Now()
+	marked := tenantdb.ReadOnly(live)
+	txMarked := context.WithValue(live, txReadOnlyKey{}, true)
+	unavailable := fmt.Errorf("wrapped: %w", tenantdb.ErrReplicaUnavailable)
+	for _, c := range []struct {
+		config  string
+		ctx     context.Context
+		standby string
+		err     error
+		bad     bool
+	}{
+		{"replicas", live, "true", nil, true},       // an unmarked call on the replica
+		{"replicas", marked, "false", nil, false},   // ReadPrimary fell back
+		{"replicas", marked, "true", nil, false},    //
+		{"replicas-tx", marked, "false", nil, true}, // FailRead on the primary
+		{"replicas-tx", txMarked, "false", nil, true},
+		{"replicas-tx", txMarked, "true", nil, false},
+		{"session", live, "true", nil, true},
+		{"replicas-tx", marked, "", unavailable, false},
+		{"replicas-tx", txMarked, "", unavailable, false},
+		{"replicas-tx", live, "", unavailable, true},
+		{"replicas", marked, "", unavailable, true},                     // ReadPrimary never fails so
+		{"replicas-tx", marked, "", errors.New("unexpected EOF"), true}, // no cut-off
+	} {
+		cfg, _ := findConfig(c.config)
+		rc := fakeRun(cfg)
+		var got bool
+		if c.err != nil {
+			got = rc.judgeErr(c.ctx, "t0", c.err, false, nil, start) != ""
+		} else {
+			got = len(rc.checkWhere(c.ctx, probeResult{standby: c.standby})) != 0
+		}
+		if got != c.bad {
+			t.Errorf("%s, read-only %v, standby %q, %v: flagged %v, want %v", c.config, readOnly(c.ctx), c.standby, c.err, got, c.bad)
+		}
+	}
+}
+
+// TestHoldLimitErrors: a hold's end by a time limit is accepted where the
+// plan has limits, and nowhere else.
+func TestHoldLimitErrors(t *testing.T) {
+	ended := fmt.Errorf("%w (50ms; held 61ms): %w", tenantdb.ErrIdleInTransaction, tenantdb.ErrConnReleased)
+	for name, want := range map[string]bool{"timelimits": false, "timelimits-tx": false, "session": true} {
+		cfg, _ := findConfig(name)
+		if got := fakeRun(cfg).judgeErr(context.Background(), "t0", ended, false, nil, time.Now()) != ""; got != want {
+			t.Errorf("%s: flagged %v, want %v", name, got, want)
 		}
 	}
 }

@@ -190,6 +190,13 @@ func checkOn(ctx context.Context, e *env, o options, out io.Writer) (t totals, e
 		if c.servers {
 			fmt.Fprintf(out, "  %d tenants on %d servers: %d moves, %d failed\n", srvTenants, numServers, rc.srvMoves, rc.srvMoveFails)
 		}
+		if c.replicas {
+			st := rc.replicaStat
+			fmt.Fprintf(out, "  the replica: %d reads routed to it, %d cut-offs, %d replay pauses\n", st.Reads, rc.replicaOut.Load(), rc.replicaPauses.Load())
+		}
+		if c.holdLimits {
+			fmt.Fprintf(out, "  %d holds ended by a time limit (IdleInTransactionTimeout %v, MaxHold %v)\n", rc.holdEnds.Load(), idleTimeout, maxHold)
+		}
 		if a := rc.adapters; a != nil {
 			fmt.Fprintf(out, "  through the adapters: %d HTTP requests, %d jobs accepted and run\n", a.nextCall.Load(), a.ran.Load())
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +70,10 @@ type op struct {
 	badRole  bool          // a call of the tenant whose Session.Role does not exist (badrole.go)
 	cut      time.Duration // for a hostile statement with a cut, or a burst: when its context ends
 	burst    bool          // the budget filled with long statements whose deadlines end (burst.go)
+	hRO, pRO bool          // the first statement, the probe, marked tenantdb.ReadOnly (replicas.go)
+	held     heldKind      // instead of the first statement, a hold that outlives the time limits (held.go)
+	heldSet  uint16        // which of heldStmts the hold sends
+	heldWait time.Duration // how long past its limit the hold idles or works
 }
 
 func (o op) String() string {
@@ -79,17 +84,25 @@ func (o op) String() string {
 		return fmt.Sprintf("w%d t%d burst of pg_sleep(20), deadline %v", o.worker, o.tenant, o.cut)
 	}
 	s := fmt.Sprintf("w%d t%d", o.worker, o.tenant)
-	if o.hostile >= 0 {
+	if o.held != heldNone {
+		s += fmt.Sprintf(" %s (statements %#x), then %v more", o.held, o.heldSet, o.heldWait)
+	} else if o.hostile >= 0 {
 		s += fmt.Sprintf(" hostile %s via %s", catalog[o.hostile].name, o.hPath)
 	} else if o.write {
 		s += fmt.Sprintf(" write via %s", o.hPath)
 	}
-	if o.hVia != viaDirect && (o.hostile >= 0 || o.write) {
+	if o.hVia != viaDirect && (o.hostile >= 0 || o.write || o.held != heldNone) {
 		s += " in a " + viaNames[o.hVia]
+	}
+	if o.hRO && (o.hostile >= 0 || o.held != heldNone) {
+		s += " ReadOnly"
 	}
 	s += fmt.Sprintf(", probe via %s", o.pPath)
 	if o.pVia != viaDirect {
 		s += " in a " + viaNames[o.pVia]
+	}
+	if o.pRO {
+		s += " ReadOnly"
 	}
 	if o.mode > 0 {
 		s += " mode " + modeNames[o.mode]
@@ -170,6 +183,12 @@ func genOp(r, r2 *rand.Rand, c config, worker int) op {
 	if c.database && r2.IntN(50) == 0 {
 		o.burst, o.cut = true, time.Duration(500+r2.IntN(1500))*time.Millisecond
 	}
+	if c.replicas {
+		o.hRO, o.pRO = !o.write && r2.IntN(2) == 0, r2.IntN(3) > 0
+	}
+	if c.holdLimits && r2.IntN(3) == 0 {
+		o.drawHeld(r2)
+	}
 	return o
 }
 
@@ -202,7 +221,17 @@ func (rc *runCtx) exec(o op) []string {
 	tenant := rc.env.tenants[o.tenant]
 	var bad []string
 	started := time.Now()
-	if o.hostile >= 0 || o.write {
+	if o.held != heldNone {
+		// The op's deadline or cancellation, if drawn, races the limits.
+		ctx, cancel := rc.opCtx(o, o.deadline, o.cancel)
+		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
+			if o.hRO {
+				ctx = tenantdb.ReadOnly(ctx)
+			}
+			return rc.sendHeld(ctx, o)
+		})...)
+		cancel()
+	} else if o.hostile >= 0 || o.write {
 		var h *hostile
 		sqlText := ""
 		var args []any
@@ -229,6 +258,9 @@ func (rc *runCtx) exec(o op) []string {
 		}
 		ctx, cancel := rc.opCtx(o, d, c)
 		bad = append(bad, rc.run(ctx, o, o.hVia, func(ctx context.Context) []string {
+			if o.hRO {
+				ctx = tenantdb.ReadOnly(ctx)
+			}
 			err, extra := rc.send(ctx, o, o.hPath, sqlText, args, o.write)
 			if m := rc.judgeErr(ctx, tenant, err, h != nil, h, started); m != "" {
 				extra = append(extra, "first statement: "+m)
@@ -240,13 +272,23 @@ func (rc *runCtx) exec(o op) []string {
 	ctx, cancel := rc.opCtx(o, o.probeDL, false)
 	defer cancel()
 	bad = append(bad, rc.run(ctx, o, o.pVia, func(ctx context.Context) []string {
+		switch {
+		case o.pRO && o.pPath == pathTx && o.nonce&1 == 0:
+			ctx = context.WithValue(ctx, txReadOnlyKey{}, true) // BeginTx with AccessMode ReadOnly, no mark
+		case o.pRO:
+			ctx = tenantdb.ReadOnly(ctx)
+		}
 		var r probeResult
 		err := rc.probe(ctx, o, &r)
 		if m := rc.judgeErr(ctx, tenant, err, false, nil, started); m != "" {
 			return []string{"probe: " + m}
 		}
 		if err == nil {
-			return rc.checkProbe(tenant, o.nonce, r)
+			if txReadOnly(ctx) {
+				// Its own BEGIN READ ONLY, on the primary it fell back to.
+				r.stickyVisible = strings.Trim(strings.ReplaceAll(","+r.stickyVisible+",", ",rt,", ","), ",")
+			}
+			return append(rc.checkProbe(tenant, o.nonce, r), rc.checkWhere(ctx, r)...)
 		}
 		return nil
 	})...)
@@ -485,7 +527,11 @@ func (rc *runCtx) probe(ctx context.Context, o op, r *probeResult) error {
 		}
 		return err
 	case pathTx:
-		tx, err := rc.pool.Begin(ctx)
+		var opts pgx.TxOptions
+		if txReadOnly(ctx) {
+			opts.AccessMode = pgx.ReadOnly // routed as a ReadOnly mark is (docs/servers.md)
+		}
+		tx, err := rc.pool.BeginTx(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -63,6 +63,11 @@ type runCtx struct {
 	adminMu                sync.Mutex // the undo of ALTER ROLE and a dropped database, one at a time
 	dbDrops, redisOut      atomic.Int64
 	srvMoves, srvMoveFails int // the servers configuration's Moves done and failed
+
+	replicaCuts               []*dropWindow        // guarded by mu: when the replica was cut off or paused (replicas.go)
+	replicaOut, replicaPauses atomic.Int64         // the replica's cut-offs and replay pauses
+	holdEnds                  atomic.Int64         // holds that tenantdb ended for a time limit (held.go)
+	replicaStat               tenantdb.ReplicaStat // the replica's, at the end of the run
 }
 
 func (rc *runCtx) violate(seq int64, msg string) {
@@ -232,6 +237,9 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	if c.pooler {
 		limit = max(limit, 3)
 	}
+	if c.replicas {
+		limit++ // the replica's lag probe has a connection to the primary beyond the budget (docs/servers.md)
+	}
 	var bg sync.WaitGroup
 	sctx, sstop := context.WithCancel(ctx)
 	bg.Add(1)
@@ -250,6 +258,10 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	if o.faults && c.cluster {
 		bg.Add(1)
 		go rc.redisLoop(sctx, &bg, rand.New(rand.NewPCG(o.seed, 1<<41)))
+	}
+	if o.faults && c.replicas {
+		bg.Add(1)
+		go rc.replicaLoop(sctx, &bg, rand.New(rand.NewPCG(o.seed, 1<<42)))
 	}
 
 	deadline := time.Now().Add(o.duration)
@@ -320,6 +332,10 @@ func runOnce(parent context.Context, e *env, c config, o runOptions) (*runCtx, e
 	bg.Wait()
 	rc.adapters.close(rc)
 	rc.checkNothingHeld()
+	rc.checkReplicaHeld(o.maxConns)
+	if c.replicas {
+		rc.replicaStat = rc.pool.ServersStat()[0].Replicas[0]
+	}
 	rc.audit(context.Background())
 	rc.auditDatabases(context.Background())
 	rc.db.Close()
