@@ -187,9 +187,20 @@ func clusterFloodPhase(t *testing.T, redisAddr, prefix string, cluster bool, flo
 	// The scenario's length, at least 100 samples of it and the peak it is
 	// there to show: a busy machine samples, and fills slots, more slowly.
 	flooding := time.Now()
-	eventually(t, "the flood ran its length, watched by 100 samples, and showed its peak", func() bool {
+	ran := func() bool {
 		return time.Since(flooding) >= floodFor && sampler.samples() >= 100 && shown(sampler.peak())
-	})
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !ran() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling the sampler, not synchronisation
+	}
+	if !ran() {
+		t.Errorf("in %v the flood did not run its length, watched by 100 samples, and show its peak: %d samples, peak %d noisy backends; the children said:",
+			time.Minute, sampler.samples(), sampler.peak())
+		for _, c := range children {
+			t.Errorf("child %d:\n%s", c.cmd.Process.Pid, c.out)
+		}
+	}
 	maxActive, samples := int64(sampler.stop()), sampler.samples()
 	for _, c := range children {
 		c.send("stop")
