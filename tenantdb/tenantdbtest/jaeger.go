@@ -209,7 +209,7 @@ func runJaeger(ctx context.Context, opts []JaegerOption) (*Jaeger, error) {
 		withHostPort(jaegerOTLPHTTPPort, d.bindIP, 0),
 		withHostPort(jaegerQueryPort, d.bindIP, 0),
 		testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout,
-			wait.ForLog(jaegerReadyLogMessage),
+			wait.ForLog(jaegerReadyLogMessage).WithStartupTimeout(cfg.startupTimeout),
 			wait.ForHTTP("/api/services").WithPort(jaegerQueryPort).WithStartupTimeout(cfg.startupTimeout),
 		),
 	}

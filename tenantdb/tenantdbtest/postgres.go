@@ -270,8 +270,8 @@ func postgresWaitStrategies(cfg postgresConfig) []wait.Strategy {
 		ready = "database system is ready to accept read-only connections"
 	}
 	return []wait.Strategy{
-		wait.ForLog(ready),
-		wait.ForListeningPort(postgresPort),
+		wait.ForLog(ready).WithStartupTimeout(cfg.startupTimeout),
+		wait.ForListeningPort(postgresPort).WithStartupTimeout(cfg.startupTimeout),
 		wait.ForExec([]string{
 			"pg_isready", "--quiet", "--host=127.0.0.1", "--port=5432",
 			"--username=" + cfg.user, "--dbname=" + cfg.database,

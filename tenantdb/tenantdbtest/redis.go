@@ -103,8 +103,8 @@ func runRedis(ctx context.Context, opts []RedisOption) (*Redis, error) {
 			// run's log; redis-cli PING is answered PONG only once the
 			// data set is loaded.
 			testcontainers.WithWaitStrategyAndDeadline(cfg.startupTimeout,
-				wait.ForLog("Ready to accept connections"),
-				wait.ForListeningPort(redisPort),
+				wait.ForLog("Ready to accept connections").WithStartupTimeout(cfg.startupTimeout),
+				wait.ForListeningPort(redisPort).WithStartupTimeout(cfg.startupTimeout),
 				wait.ForExec([]string{"redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"}).
 					WithResponseMatcher(func(body io.Reader) bool {
 						b, _ := io.ReadAll(body)
