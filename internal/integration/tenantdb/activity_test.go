@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 // what PostgreSQL itself says a tenant holds, whatever the pools think.
 type activitySampler struct {
 	stopc              chan struct{}
+	stopOnce           sync.Once
 	done               chan struct{}
 	max, now, nsamples atomic.Int64
 }
@@ -27,6 +29,9 @@ func startActivitySampler(t *testing.T, marker string) *activitySampler {
 		t.Fatal(err)
 	}
 	s := &activitySampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	// A test that fails before it stops the sampler must not leave it
+	// logging into a finished test (a panic that ends the whole package).
+	t.Cleanup(func() { s.stop() })
 	go func() {
 		defer close(s.done)
 		defer conn.Close(context.Background())
@@ -65,7 +70,7 @@ func (s *activitySampler) samples() int64 { return s.nsamples.Load() }
 
 // stop ends the sampling and returns the most active backends seen at once.
 func (s *activitySampler) stop() int {
-	close(s.stopc)
+	s.stopOnce.Do(func() { close(s.stopc) })
 	<-s.done
 	return int(s.max.Load())
 }
