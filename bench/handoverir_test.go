@@ -33,10 +33,7 @@ const (
 // irQueries, is the cost of one query. Skipped without a server under
 // callgrind. It takes about half a minute.
 func BenchmarkHandoverServerInstructions(b *testing.B) {
-	dsn, out := os.Getenv(callgrindDSNEnv), os.Getenv(callgrindOutEnv)
-	if dsn == "" || out == "" {
-		b.Skipf("needs PostgreSQL under callgrind: %s and %s (bench/callgrind-postgres.sh)", callgrindDSNEnv, callgrindOutEnv)
-	}
+	dsn, out := callgrindServer(b)
 	const irQueries, warm = 1000, 100
 	ctx := context.Background()
 	tenants := []context.Context{tenantdb.WithTenant(ctx, "a"), tenantdb.WithTenant(ctx, "b")}
@@ -179,4 +176,15 @@ func readCallgrindTotal(path string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// callgrindServer returns the DSN of the PostgreSQL that
+// bench/callgrind-postgres.sh runs under callgrind and the directory of its
+// output, and skips b without them.
+func callgrindServer(b *testing.B) (dsn, out string) {
+	dsn, out = os.Getenv(callgrindDSNEnv), os.Getenv(callgrindOutEnv)
+	if dsn == "" || out == "" {
+		b.Skipf("needs PostgreSQL under callgrind: %s and %s (bench/callgrind-postgres.sh)", callgrindDSNEnv, callgrindOutEnv)
+	}
+	return dsn, out
 }

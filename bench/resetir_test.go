@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -64,10 +63,7 @@ func without(dropped ...string) string {
 // cycle less a cycle of pgx's query alone. Skipped without a server under
 // callgrind (bench/callgrind-postgres.sh).
 func BenchmarkResetStatementInstructions(b *testing.B) {
-	dsn, out := os.Getenv(callgrindDSNEnv), os.Getenv(callgrindOutEnv)
-	if dsn == "" || out == "" {
-		b.Skipf("needs PostgreSQL under callgrind: %s and %s (bench/callgrind-postgres.sh)", callgrindDSNEnv, callgrindOutEnv)
-	}
+	dsn, out := callgrindServer(b)
 	const cycles, warm = 300, 30
 	ctx := context.Background()
 	// instructions runs n cycles of sql (none for "") after the warm ones,
