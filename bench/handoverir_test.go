@@ -182,6 +182,7 @@ func readCallgrindTotal(path string) (int64, bool) {
 // bench/callgrind-postgres.sh runs under callgrind and the directory of its
 // output, and skips b without them.
 func callgrindServer(b *testing.B) (dsn, out string) {
+	b.Helper()
 	dsn, out = os.Getenv(callgrindDSNEnv), os.Getenv(callgrindOutEnv)
 	if dsn == "" || out == "" {
 		b.Skipf("needs PostgreSQL under callgrind: %s and %s (bench/callgrind-postgres.sh)", callgrindDSNEnv, callgrindOutEnv)
