@@ -455,3 +455,59 @@ func TestRejectionAllocatesOnlyTheError(t *testing.T) {
 		assertDrained(t, g)
 	}
 }
+
+// TestWaitingCountsEachTenantsQueuedRequests checks Gate.Waiting against the
+// requests queued at the tenant's cap and at the global capacity, per tenant,
+// and against TenantStat's count.
+func TestWaitingCountsEachTenantsQueuedRequests(t *testing.T) {
+	g := mustNew(t, pool.Config{Capacity: 2, Plans: map[string]pool.Plan{"p": {MaxConns: 1, MaxWaiting: pool.Unbounded}}})
+	if n := g.Waiting("acme"); n != 0 {
+		t.Fatalf("Waiting of a tenant never seen = %d, want 0", n)
+	}
+	a := mustAcquire(t, g, "acme")
+	b := mustAcquire(t, g, "beta")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	atCap := []<-chan result{acquireAsync(ctx, g, "acme"), acquireAsync(ctx, g, "acme")}
+	atCapacity := acquireAsync(ctx, g, "gamma") // gamma is under its cap; the capacity is all taken
+	eventually(t, "three requests queued", func() bool { return g.Stat().Waiting == 3 })
+	for tenant, want := range map[string]int{"acme": 2, "beta": 0, "gamma": 1} {
+		s, _ := g.TenantStat(tenant)
+		if n := g.Waiting(tenant); n != want || n != s.Waiting {
+			t.Errorf("Waiting(%q) = %d, want %d (TenantStat says %d)", tenant, n, want, s.Waiting)
+		}
+	}
+	b.Release() // gamma takes beta's unit
+	if r := <-atCapacity; r.err != nil {
+		t.Fatalf("gamma: %v", r.err)
+	} else {
+		defer r.p.Release()
+	}
+	a.Release() // acme's first waiter takes its slot
+	var other <-chan result
+	select {
+	case r := <-atCap[0]:
+		if r.err != nil {
+			t.Fatalf("acme's first waiter: %v", r.err)
+		}
+		defer r.p.Release()
+		other = atCap[1]
+	case r := <-atCap[1]:
+		if r.err != nil {
+			t.Fatalf("acme's first waiter: %v", r.err)
+		}
+		defer r.p.Release()
+		other = atCap[0]
+	}
+	if n, m := g.Waiting("acme"), g.Waiting("gamma"); n != 1 || m != 0 {
+		t.Errorf("after two grants Waiting(acme), Waiting(gamma) = %d, %d, want 1, 0", n, m)
+	}
+	cancel()
+	if r := <-other; r.err == nil {
+		r.p.Release()
+		t.Fatal("acme's second waiter was granted after its cancellation, with acme's slot held")
+	}
+	if n := g.Waiting("acme"); n != 0 {
+		t.Errorf("Waiting(acme) = %d after its waiter was cancelled, want 0", n)
+	}
+}

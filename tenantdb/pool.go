@@ -96,10 +96,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	if dbs != nil {
 		dbs.admin.pg = pg
 		if cfg.Affinity >= 0 { // on by default with Database
-			session.waiting = func(tenant string) bool {
-				st, _ := gate.TenantStat(tenant)
-				return st.Waiting > 0
-			}
+			session.waiting = func(tenant string) bool { return gate.Waiting(tenant) > 0 }
 		}
 	} else {
 		session.idle = func() bool { return pg.Stat().IdleConns() > 0 }
