@@ -53,13 +53,14 @@ var ErrConnReleased = errors.New("tenantdb: the Conn was released")
 
 // ErrRoleDefaultsChanged fails the opening of a connection whose login role
 // or database has other default settings (ALTER ROLE ... [IN DATABASE ...]
-// SET, ALTER DATABASE ... SET) than the Pool's first connection found for
-// that database (it reads those of every database): a session can change
+// SET, ALTER DATABASE ... SET) than the Pool's first connection to its
+// server found for that database (it reads those of every database there;
+// with NewServers each server is read on its own): a session can change
 // its own role's defaults, in any database, for every session opened after
 // it, and no reset undoes them. The error names the database and the
 // settings. Put them back (ALTER ROLE ... RESET) and new connections open
 // again; or, for a change that is meant, start the process again.
-var ErrRoleDefaultsChanged = errors.New("tenantdb: the login role's or database's default settings changed since the Pool's first connection")
+var ErrRoleDefaultsChanged = errors.New("tenantdb: the login role's or database's default settings changed since the Pool's first connection to the server")
 
 // ErrCannotRunInTransaction is matched, together with PostgreSQL's own
 // error (SQLSTATE 25001), by a statement that cannot run inside a

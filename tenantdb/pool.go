@@ -80,7 +80,7 @@ func New(ctx context.Context, pgxCfg *pgxpool.Config, cfg Config) (*Pool, error)
 	}
 	userCfg := pgxCfg.Copy()
 	session := newSessionSetup(cfg)
-	pgxCfg, acquireTrace := session.template(pgxCfg, cfg)
+	pgxCfg, acquireTrace := session.template(pgxCfg, cfg, &serverChecks{})
 	idleTTL := idleTTLOf(cfg)
 	var dbs *databases
 	if cfg.Database != nil {
@@ -119,8 +119,9 @@ func newSessionSetup(cfg Config) *sessionSetup {
 }
 
 // template returns a copy of pgxCfg with tenantdb's tracers and session
-// hooks installed, and the user's AcquireTracer's trace (nil without one).
-func (s *sessionSetup) template(pgxCfg *pgxpool.Config, cfg Config) (*pgxpool.Config, *acquireTrace) {
+// hooks installed, its connections checked with server's checks, and the
+// user's AcquireTracer's trace (nil without one).
+func (s *sessionSetup) template(pgxCfg *pgxpool.Config, cfg Config, server *serverChecks) (*pgxpool.Config, *acquireTrace) {
 	pgxCfg = pgxCfg.Copy()
 	acquireTrace := hookAcquireTracer(pgxCfg.ConnConfig)
 	if qt, ok := cfg.Tracer.(pgx.QueryTracer); ok {
@@ -130,7 +131,7 @@ func (s *sessionSetup) template(pgxCfg *pgxpool.Config, cfg Config) (*pgxpool.Co
 			pgxCfg.ConnConfig.Tracer = qt
 		}
 	}
-	s.install(pgxCfg)
+	s.install(pgxCfg, server)
 	return pgxCfg, acquireTrace
 }
 

@@ -14,18 +14,19 @@ import (
 // was opened.
 const defaultPathKey = "tenantdb.defaultPath"
 
-// connect is the pgxpool AfterConnect hook. It checks the login role's
-// default settings against the first connection's (see roleDefaults), in one
+// connect is the pgxpool AfterConnect hook of the connections to one server,
+// whose checks are server's. It checks the login role's default settings
+// against the server's first connection's (see roleDefaults), in one
 // round trip per new connection. Under ScopeTransaction it learns, in one
 // round trip per new connection, the login role's default search_path: its reset value,
 // which a session-level SET cannot change, since behind a transaction
 // pooler a new client connection can land on a server connection whose
 // session another client changed. Under
-// ScopeSession with something to set, the pool's first connection checks
+// ScopeSession with something to set, the server's first connection checks
 // whether a proxy stands between it and the server, and warns that
 // ScopeSession needs session pooling there.
-func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
-	if err := s.defaults.check(ctx, conn); err != nil {
+func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn, server *serverChecks) error {
+	if err := server.defaults.check(ctx, conn); err != nil {
 		return err
 	}
 	if s.transactional() {
@@ -41,14 +42,14 @@ func (s *sessionSetup) connect(ctx context.Context, conn *pgx.Conn) error {
 		conn.PgConn().CustomData()[defaultPathKey] = tempLast(path)
 		return nil
 	}
-	if s.cfg.Scope != ScopeSession || !sessionEnabled(&s.cfg) || s.probed.Swap(true) {
+	if s.cfg.Scope != ScopeSession || !sessionEnabled(&s.cfg) || server.probed.Swap(true) {
 		return nil
 	}
 	proxied, pid, err := behindProxy(ctx, conn)
 	if err != nil {
 		// A broken connection, which its first use will find: the next
 		// connection checks instead, and no connect fails for the check.
-		s.probed.Store(false)
+		server.probed.Store(false)
 		return nil
 	}
 	if proxied {

@@ -188,8 +188,9 @@ func checkReplicas(opts *serversOptions, servers map[string]*pgxpool.Config, cfg
 }
 
 // newReplicaSet makes server's replicas' connections from r, their
-// sessions set up as the primary's.
-func (p *Pool) newReplicaSet(ctx context.Context, server string, primary *pgxpool.Config, r Replicas, cfg Config,
+// sessions set up as the primary's and checked against the primary's
+// checks: a physical replica has its catalog, role defaults included.
+func (p *Pool) newReplicaSet(ctx context.Context, server string, primary *pgxpool.Config, checks *serverChecks, r Replicas, cfg Config,
 	idleTTL time.Duration) (*replicaSet, error) {
 	set := &replicaSet{fail: r.Unavailable == FailRead, maxLag: r.MaxLag, every: r.ProbeEvery}
 	if len(r.Classes) > 0 {
@@ -203,7 +204,7 @@ func (p *Pool) newReplicaSet(ctx context.Context, server string, primary *pgxpoo
 			set.close()
 			return nil, fmt.Errorf("tenantdb: server %q: replica %d: %w", server, i, err)
 		}
-		pgxCfg, _ := p.session.template(c, cfg)
+		pgxCfg, _ := p.session.template(c, cfg, checks)
 		dbs := newDatabases(pgxCfg.Copy(), cfg, idleTTL)
 		dbs.server = fmt.Sprintf("%s/replica%d", server, i)
 		dbs.replicaOf = set

@@ -7,9 +7,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// serverChecks is what the connect hook checks once per server, shared by
+// the connections to it (and to its replicas): each server has its own
+// catalog, so one server's login role defaults say nothing of another's,
+// and only some may sit behind a pooler.
+type serverChecks struct {
+	defaults roleDefaults // the login role's defaults there, checked on every new connection
+	probed   atomic.Bool  // whether a connection there was checked for a proxy
+}
 
 // roleDefaults guards against state that outlives every reset: the settings
 // PostgreSQL gives each new session of the login role in its database. An
@@ -17,10 +27,11 @@ import (
 // d] SET search_path = ...), so one tenant's SQL, run as the shared login
 // role, could put its schema first for every tenant on every connection
 // opened after it, in its own database or another's, where DISCARD ALL
-// restores that value rather than undoing it. The Pool's first connection,
-// opened before any tenant ran, records the defaults of every database; a
-// later connection whose database's differ is refused with
-// ErrRoleDefaultsChanged until they are put back.
+// restores that value rather than undoing it. The Pool's first connection
+// to a server, opened before any tenant ran there, records the defaults of
+// every database of that server; a later connection there whose database's
+// differ is refused with ErrRoleDefaultsChanged until they are put back.
+// Each server has its own (see serverChecks).
 type roleDefaults struct {
 	mu       sync.Mutex
 	baseline map[string]string // guarded by mu; by database OID, "0" for a database created since; nil until read

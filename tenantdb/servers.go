@@ -86,7 +86,8 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 	p := &Pool{gate: gate, session: session, stop: make(chan struct{}), typicalActive: cfg.TypicalActiveTenants,
 		servers: make(map[string]*databases, len(servers)), calls: &inflight{}}
 	for _, name := range names {
-		pgxCfg, trace := session.template(servers[name], cfg)
+		checks := &serverChecks{} // its replicas' too: they have its catalog
+		pgxCfg, trace := session.template(servers[name], cfg, checks)
 		dbs := newDatabases(pgxCfg.Copy(), cfg, idleTTL)
 		dbs.server = name
 		dbs.admin = &database{name: pgxCfg.ConnConfig.Database, d: dbs}
@@ -95,7 +96,7 @@ func NewServers(ctx context.Context, servers map[string]*pgxpool.Config, cfg Con
 		if err == nil {
 			dbs.admin.pg = pg
 			if r, ok := o.replicas[name]; ok {
-				if dbs.replicas, err = p.newReplicaSet(ctx, name, servers[name], r, cfg, idleTTL); err != nil {
+				if dbs.replicas, err = p.newReplicaSet(ctx, name, servers[name], checks, r, cfg, idleTTL); err != nil {
 					dbs.close()
 				}
 			}

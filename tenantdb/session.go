@@ -120,9 +120,6 @@ type sessionSetup struct {
 	cfg    Session
 	logger *slog.Logger // Config.Logger or slog.Default
 
-	probed   atomic.Bool  // whether a connection was checked for a proxy
-	defaults roleDefaults // the login role's defaults, checked on every new connection
-
 	// acquiring counts the Pool's calls waiting for a connection of the
 	// shared pgxpool, and idle reports whether it has an idle one (nil with
 	// Config.Database): while calls wait and none is idle, a release leaves
@@ -374,7 +371,7 @@ func timeoutMillis(d time.Duration) string {
 // connection's slot of stateCache before the user's. A panic in the user's
 // PrepareConn fails the acquire with an error and destroys the connection,
 // instead of leaking it inside pgxpool.
-func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
+func (s *sessionSetup) install(pgxCfg *pgxpool.Config, server *serverChecks) {
 	if after := pgxCfg.AfterRelease; after != nil {
 		s.inHook = true
 		pgxCfg.AfterRelease = func(c *pgx.Conn) bool { return s.afterRelease(c) && after(c) }
@@ -388,10 +385,10 @@ func (s *sessionSetup) install(pgxCfg *pgxpool.Config) {
 		}
 	}
 	if after := pgxCfg.AfterConnect; after == nil {
-		pgxCfg.AfterConnect = s.connect
+		pgxCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error { return s.connect(ctx, c, server) }
 	} else {
 		pgxCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			if err := s.connect(ctx, c); err != nil {
+			if err := s.connect(ctx, c, server); err != nil {
 				return err
 			}
 			return after(ctx, c)

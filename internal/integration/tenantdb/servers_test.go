@@ -180,6 +180,7 @@ func TestServers(t *testing.T) {
 	t.Run("MoveEndsLongCalls", f.testMoveEndsLongCalls)
 	t.Run("MoveEndsCallsOnEveryPath", f.testMoveEndsEveryPath)
 	t.Run("MoveAwaitsConnectsOfEndedCalls", f.testMoveAwaitsConnects)
+	t.Run("RoleDefaultsPerServer", f.testRoleDefaultsPerServer)
 	t.Run("DownServerFailsFast", f.testDownServer) // last: it stops s2 and starts it again
 }
 
@@ -507,4 +508,54 @@ func (f *fleet) testSizing(t *testing.T) {
 			t.Errorf("%s: 3 × 7 does not fit in %d", s.Server, s.MaxConnections)
 		}
 	}
+}
+
+// testRoleDefaultsPerServer gives the login role a default of its own in
+// database app on s1 only, as servers set up apart may, and checks that
+// each server's connections are judged by that server's defaults: both
+// serve (one baseline for the whole Pool refused s1's, read on s0 first),
+// and a default a tenant's SQL could have set on s0 after the start is
+// still refused there.
+func (f *fleet) testRoleDefaultsPerServer(t *testing.T) {
+	ctx := context.Background()
+	alter := func(server, sql string) {
+		t.Helper()
+		if _, err := f.admins[server].Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range f.names {
+		t.Cleanup(func() { alter(name, "alter role current_user in database app reset all") })
+	}
+	alter("s1", "alter role current_user in database app set statement_timeout = '7min'")
+	p := f.pool(t, 2, tenantdb.Config{})
+	const timeout = "select current_setting('statement_timeout')"
+	// t3 is in app on s0, t1 in app on s1: s0's connection is the Pool's first.
+	for _, c := range []struct{ tenant, want string }{{"t3", "0"}, {"t1", "7min"}} {
+		var got string
+		if err := p.QueryRow(as(c.tenant), timeout).Scan(&got); err != nil {
+			t.Fatalf("%s: %v (its server's own defaults must not be judged by another server's)", c.tenant, err)
+		}
+		if got != c.want {
+			t.Errorf("%s: statement_timeout %q, want %q", c.tenant, got, c.want)
+		}
+	}
+	// A change on s0 after its first connection: t9 (app on s0) needs a new
+	// connection while t3 holds the one open there.
+	held, err := p.Acquire(as("t3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alter("s0", "alter role current_user in database app set search_path = evil, public")
+	var got string
+	err = p.QueryRow(as("t9"), "select current_setting('search_path')").Scan(&got)
+	if !errors.Is(err, tenantdb.ErrRoleDefaultsChanged) {
+		t.Errorf("t9 on s0 after its login role's default changed there: %q, %v; want ErrRoleDefaultsChanged", got, err)
+	}
+	held.Release()
+	alter("s0", "alter role current_user in database app reset all")
+	if err := p.QueryRow(as("t9"), "select current_setting('search_path')").Scan(&got); err != nil || got == "evil, public" {
+		t.Errorf("t9 with the default put back: %q, %v", got, err)
+	}
+	assertNothingHeld(t, p)
 }
