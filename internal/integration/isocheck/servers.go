@@ -100,8 +100,29 @@ grant select, insert on calls to public;`, serverName(i)))
 			}
 		}
 	}
+	// Servers set up apart differ in the login role's own defaults: each
+	// server's connections must be judged by that server's (tenantdb read
+	// them once for all servers, and refused every connection to the
+	// servers that differed from the first one opened).
+	for i, sql := range srvRoleDefaults {
+		if sql == "" {
+			continue
+		}
+		if _, err := s.admins[i].Exec(ctx, fmt.Sprintf(sql, loginRole)); err != nil {
+			return nil, fmt.Errorf("isocheck: servers: %w", err)
+		}
+	}
 	e.srv = s
 	return s, nil
+}
+
+// srvRoleDefaults are the login role's defaults on each server (a format of
+// the role's name), none on s0, whose are the env's: harmless settings that
+// only say that the servers were set up apart.
+var srvRoleDefaults = [numServers]string{
+	"",
+	"alter role %s set work_mem = '8MB'",
+	"alter role %s in database " + srvDBPrefix + "t2 set work_mem = '16MB'",
 }
 
 // srvHostile is a hostile statement of the servers configuration: leftovers
@@ -144,6 +165,11 @@ func (w *window) overlaps(from, to time.Time) bool {
 
 // runServers runs the servers configuration once and returns it, finished.
 func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx, error) {
+	// s0 is the env's server: a hostile ALTER ROLE of an earlier
+	// configuration, which ended before its undo (run.go), is undone first.
+	if err := e.clean(parent); err != nil {
+		return nil, err
+	}
 	se, err := e.startServers(parent)
 	if err != nil {
 		return nil, err
