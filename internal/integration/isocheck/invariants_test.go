@@ -158,3 +158,35 @@ func TestHoldLimitErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestServersRoleDefaultsJudge: in the servers configuration a refusal for
+// changed login role defaults is accepted only while one of the tenant's
+// servers had hostile defaults, never on another server nor after the undo.
+func TestServersRoleDefaultsJudge(t *testing.T) {
+	cfg, _ := findConfig("servers")
+	sr := &srvRun{rc: fakeRun(cfg), pos: map[string][]string{"t0": {"s0"}, "t1": {"s1"}, "t2": {"s2", "s1"}},
+		mv: map[string][]*window{}, flt: map[string]time.Time{}}
+	sr.roles.init(nil)
+	refused := fmt.Errorf("wrapped: %w", tenantdb.ErrRoleDefaultsChanged)
+	before := time.Now()
+	sr.roles.dirty([]string{"s1"}, before)
+	for _, c := range []struct {
+		tenant string
+		i0     int
+		bad    bool
+	}{
+		{"t1", 0, false}, // on the server with hostile defaults
+		{"t0", 0, true},  // on another server
+		{"t2", 0, false}, // moved to it during the call
+		{"t2", 1, false},
+	} {
+		if got := sr.judge(context.Background(), c.tenant, refused, c.i0, before) != ""; got != c.bad {
+			t.Errorf("%s since placement %d, s1 dirty: flagged %v, want %v", c.tenant, c.i0, got, c.bad)
+		}
+	}
+	sr.roles.open["s1"].w.to = time.Now() // undone
+	delete(sr.roles.open, "s1")
+	if sr.judge(context.Background(), "t1", refused, 0, time.Now().Add(time.Millisecond)) == "" {
+		t.Error("a refusal in a call that began after the undo was accepted")
+	}
+}

@@ -127,11 +127,14 @@ var srvRoleDefaults = [numServers]string{
 
 // srvHostile is a hostile statement of the servers configuration: leftovers
 // tagged with the tenant, a statement cut by its deadline (a cancel request
-// to the right server), and the end of its own backend (a fault on its
-// server).
+// to the right server), the end of its own backend (a fault on its server),
+// and new defaults of the login role on its server ({otherdb}: another
+// tenant's database there), which tenantdb must refuse on that server's new
+// connections and on no other server's (roledirt).
 var srvHostile = []struct {
-	name, sql string
-	cut       bool
+	name, sql    string
+	cut          bool
+	roleDefaults bool
 }{
 	{name: "set-setting", sql: "set iso.tenant = '{tag}'"},
 	{name: "set_config", sql: "select set_config('iso.tenant', '{tag}', false)"},
@@ -140,6 +143,10 @@ var srvHostile = []struct {
 	{name: "advisory-lock", sql: "select pg_try_advisory_lock(4242, 1)"},
 	{name: "sleep-cut", sql: "select pg_sleep(5)", cut: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
+	{name: "alter-role-set", sql: "alter role current_user set search_path = {tag}, public", roleDefaults: true},
+	{name: "alter-role-read-only", sql: "alter role current_user set default_transaction_read_only = on", roleDefaults: true},
+	{name: "alter-role-in-database", sql: "alter role current_user in database {otherdb} set search_path = {tag}, public", roleDefaults: true},
+	{name: "alter-role-in-database-read-only", sql: "alter role current_user in database {otherdb} set default_transaction_read_only = on", roleDefaults: true},
 }
 
 // srvRun is one run of the servers configuration: where each tenant is, and
@@ -154,6 +161,7 @@ type srvRun struct {
 	off              map[[2]string][]*window // (tenant, server): from the fence on the server's clock to the tenant's return there
 	flt              map[string]time.Time    // server -> until when a fault on it excuses lost connections
 	moves, moveFails int
+	roles            roleDirt // the login role's hostile defaults on each server, and their undo
 }
 
 // window is an interval; a zero end is open.
@@ -177,6 +185,10 @@ func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx
 	rc := &runCtx{cfg: c, env: e, stickyState: map[string]map[string]bool{}}
 	sr := &srvRun{rc: rc, se: se, dir: map[string]string{}, pos: map[string][]string{}, mv: map[string][]*window{},
 		off: map[[2]string][]*window{}, flt: map[string]time.Time{}}
+	sr.roles.init(se.admins)
+	if err := sr.roles.undoAll(parent); err != nil { // what a run stopped early left
+		return nil, err
+	}
 	tenants := make([]string, srvTenants)
 	for i := range tenants {
 		tenants[i] = tenantName(i)
@@ -244,6 +256,7 @@ func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx
 				seq := rc.seq.Add(1)
 				desc, bad := sr.op(r, tenants[w%srvTenants])
 				rc.ops.Add(1)
+				sr.roles.afterOp(ctx)
 				for _, m := range bad {
 					rc.violateOp(seq, fmt.Sprintf("w%d %s", w, desc), m)
 				}
@@ -256,6 +269,9 @@ func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx
 	wg.Wait()
 	sstop()
 	bg.Wait()
+	if err := sr.roles.undoAll(context.Background()); err != nil {
+		rc.violate(-1, "undo the login role's hostile defaults: "+err.Error())
+	}
 	rc.checkNothingHeld()
 	for _, s := range p.ServersStat() {
 		if s.InUse != 0 || s.Reserved != 0 {
@@ -303,8 +319,18 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 				sr.fault(s) // its own backend ends: a fault of its server
 			}
 		}
-		_, err := rc.pool.Exec(ctx, strings.ReplaceAll(h.sql, "{tag}", tag(t)))
+		var dirty []string
+		if h.roleDefaults {
+			dirty, _ = sr.at(t, i0)
+			sr.roles.dirty(dirty, started)
+		}
+		other := srvDatabase(tenantName((tenantIndex(t) + 1) % srvTenants))
+		_, err := rc.pool.Exec(ctx, strings.NewReplacer("{tag}", tag(t), "{otherdb}", other).Replace(h.sql))
 		rc.hostiles.Add(1)
+		if h.roleDefaults {
+			now, _ := sr.at(t, i0) // a move may have taken the tenant to another server meanwhile
+			sr.roles.dirty(now, started)
+		}
 		if h.name == "terminate-own-backend" {
 			srv, _ := sr.at(t, i0)
 			for _, s := range srv {
@@ -338,9 +364,9 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 	nonce := r.Int32()
 	path := r.IntN(6)
 	desc += ", probe via " + []string{"QueryRow", "Query", "SendBatch", "Begin+savepoint", "AcquireFunc", "tenantsql"}[path]
-	var server, db, setting string
+	var server, db, setting, searchPath string
 	var n int32
-	err := sr.probe(ctx, path, t, nonce, &n, &server, &db, &setting)
+	err := sr.probe(ctx, path, t, nonce, &n, &server, &db, &setting, &searchPath)
 	if err != nil {
 		if m := sr.judge(ctx, t, err, i0, started); m != "" {
 			bad = append(bad, m)
@@ -357,6 +383,10 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 		bad = append(bad, fmt.Sprintf("ran in database %q, not %q", db, srvDatabase(t)))
 	case setting != t && setting != tag(t):
 		bad = append(bad, fmt.Sprintf("%s is %q, not %q", settingKey, setting, t))
+	case tagRE.MatchString(searchPath):
+		// Only the login role's hostile defaults set a search_path: a
+		// session that started with them was to be refused.
+		bad = append(bad, fmt.Sprintf("search_path is %q on server %s: a hostile login role default reached a session", searchPath, server))
 	}
 	return desc, bad
 }
@@ -373,9 +403,10 @@ func contains(s []string, x string) bool {
 }
 
 // probeInsert records the call in the database that runs it and returns
-// the nonce, that server's name, the database and the tenant setting.
+// the nonce, that server's name, the database, the tenant setting and the
+// search_path.
 const probeInsert = `insert into calls (tenant, run, nonce) values ($1, $2, $3)
- returning nonce, (select server from here), db, setting`
+ returning nonce, (select server from here), db, setting, current_setting('search_path')`
 
 // probe sends probeInsert by path.
 func (sr *srvRun) probe(ctx context.Context, path int, t string, nonce int32, dest ...any) error {
@@ -455,6 +486,12 @@ func (sr *srvRun) judge(ctx context.Context, t string, err error, i0 int, starte
 	}
 	sr.mu.Unlock()
 	if errors.Is(err, tenantdb.ErrMoved) && moving {
+		sr.rc.countAccepted(err)
+		return ""
+	}
+	// A server whose login role a tenant gave defaults refuses its new
+	// connections until they are undone: only the tenants on that server.
+	if errors.Is(err, tenantdb.ErrRoleDefaultsChanged) && sr.roles.dirtyDuring(servers, started, now) {
 		sr.rc.countAccepted(err)
 		return ""
 	}
@@ -541,6 +578,12 @@ func (sr *srvRun) moveLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Rand
 			sr.rc.violate(-1, fmt.Sprintf("Move of %s from %s to %s (grace %v): %v", t, from, to, grace, err))
 		}
 	}
+}
+
+func tenantIndex(t string) int {
+	var i int
+	fmt.Sscanf(t, "t%d", &i)
+	return i
 }
 
 func serverIndex(s string) int {
