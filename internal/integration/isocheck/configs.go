@@ -34,6 +34,7 @@ type config struct {
 	failClosed bool // the limiter's Mode is FailClosed (else FailOpen, its default)
 	proxied    bool // through the checker's TCP proxy, which delays, stalls and cuts
 	servers    bool // tenantdb.NewServers over three servers, tenants moved between them (servers.go)
+	sharedDB   bool // with servers: every tenant in one database of each server, sharing its connections
 	replicas   bool // tenantdb.NewServers over one server and its streaming replica, reads marked ReadOnly (replicas.go)
 	failRead   bool // the replica's Unavailable is FailRead (else ReadPrimary, its default)
 	holdLimits bool // small IdleInTransactionTimeout and MaxHold, a class Budget, and holds that outlive them (held.go)
@@ -60,6 +61,7 @@ var configs = []config{
 	{name: "cluster-closed", scope: tenantdb.ScopeSession, setting: true, cluster: true, failClosed: true},
 	{name: "servers", scope: tenantdb.ScopeSession, setting: true, servers: true},
 	{name: "servers-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true},
+	{name: "servers-shared", scope: tenantdb.ScopeSession, setting: true, servers: true, sharedDB: true},
 	{name: "replicas", scope: tenantdb.ScopeSession, setting: true, replicas: true},
 	{name: "replicas-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, replicas: true, failRead: true},
 	{name: "timelimits", scope: tenantdb.ScopeSession, setting: true, classes: true, holdLimits: true},

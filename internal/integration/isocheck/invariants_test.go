@@ -169,7 +169,8 @@ func TestServersRoleDefaultsJudge(t *testing.T) {
 	sr.roles.init(nil)
 	refused := fmt.Errorf("wrapped: %w", tenantdb.ErrRoleDefaultsChanged)
 	before := time.Now()
-	sr.roles.dirty([]string{"s1"}, before)
+	sr.roles.begin([]string{"s1"})
+	sr.roles.end([]string{"s1"})
 	for _, c := range []struct {
 		tenant string
 		i0     int

@@ -26,8 +26,10 @@ type roleDirt struct {
 
 // roleAlter is one server's hostile defaults not undone yet.
 type roleAlter struct {
-	w       *window
-	opsLeft int // before the undo
+	w        *window
+	opsLeft  int // before the undo; -1 while it runs
+	inflight int // hostile statements sent to the server and not returned yet
+	begun    int // hostile statements sent to the server since the window opened
 }
 
 // roleUndoAfter is how many operations after the first hostile default the
@@ -39,18 +41,30 @@ func (r *roleDirt) init(admins []*pgxpool.Pool) {
 	r.admins, r.open, r.wins = admins, map[string]*roleAlter{}, map[string][]*window{}
 }
 
-// dirty records that a hostile default may be set on servers from now on;
-// from is when the statement setting it was sent, or earlier.
-func (r *roleDirt) dirty(servers []string, from time.Time) {
+// begin records that a hostile statement setting defaults is about to be
+// sent to one of servers: from now on any of them may have them, until an
+// undo that no such statement ran beside. end says it returned.
+func (r *roleDirt) begin(servers []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range servers {
-		if r.open[s] != nil {
-			continue
+		a := r.open[s]
+		if a == nil {
+			a = &roleAlter{w: &window{from: time.Now()}, opsLeft: roleUndoAfter}
+			r.open[s] = a
+			r.wins[s] = append(r.wins[s], a.w)
 		}
-		w := &window{from: from}
-		r.open[s] = &roleAlter{w: w, opsLeft: roleUndoAfter}
-		r.wins[s] = append(r.wins[s], w)
+		a.inflight++
+		a.begun++
+	}
+}
+
+// end records that the statement begin announced for servers returned.
+func (r *roleDirt) end(servers []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range servers {
+		r.open[s].inflight-- // open: a window is not closed while a statement is in flight
 	}
 }
 
@@ -70,26 +84,33 @@ func (r *roleDirt) dirtyDuring(servers []string, started, now time.Time) bool {
 }
 
 // afterOp counts one operation, and undoes the hostile defaults of each
-// server whose count ran out. A statement that sets them again after the
-// undo is recorded again by its second dirty (servers.go), from before it
-// was sent.
+// server whose count ran out and to which no hostile statement is in
+// flight (it could commit after the undo's reset). The window stays open
+// when one was sent during the undo.
 func (r *roleDirt) afterOp(ctx context.Context) {
 	r.mu.Lock()
 	var due []string
+	begun := map[string]int{}
 	for s, a := range r.open {
-		if a.opsLeft--; a.opsLeft == 0 {
+		if a.opsLeft > 0 {
+			a.opsLeft--
+		}
+		if a.opsLeft == 0 && a.inflight == 0 {
+			a.opsLeft = -1 // being undone: not due again meanwhile
 			due = append(due, s)
+			begun[s] = a.begun
 		}
 	}
 	r.mu.Unlock()
 	for _, s := range due {
 		err := r.undo(ctx, serverIndex(s))
 		r.mu.Lock()
-		if err == nil || ctx.Err() != nil {
-			r.open[s].w.to = time.Now()
+		a := r.open[s]
+		if (err == nil || ctx.Err() != nil) && a.begun == begun[s] {
+			a.w.to = time.Now()
 			delete(r.open, s)
 		} else {
-			r.open[s].opsLeft = roleUndoAfter // try again later
+			a.opsLeft = roleUndoAfter // again later
 		}
 		r.mu.Unlock()
 	}
@@ -116,8 +137,8 @@ func (r *roleDirt) undo(ctx context.Context, i int) error {
 	sql := ""
 	for _, param := range []string{"search_path", "default_transaction_read_only"} {
 		sql += fmt.Sprintf("alter role %s reset %s;\n", loginRole, param)
-		for t := range srvTenants {
-			sql += fmt.Sprintf("alter role %s in database %s reset %s;\n", loginRole, srvDatabase(tenantName(t)), param)
+		for _, db := range srvDatabases() {
+			sql += fmt.Sprintf("alter role %s in database %s reset %s;\n", loginRole, db, param)
 		}
 	}
 	_, err := r.admins[i].Exec(ctx, sql)

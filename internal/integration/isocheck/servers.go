@@ -23,7 +23,8 @@ import (
 )
 
 // The servers configuration: tenantdb.NewServers over three PostgreSQL
-// servers (the env's and two more), a database per tenant on each, tenants
+// servers (the env's and two more), a database per tenant on each (or one
+// database that every tenant shares, servers-shared), tenants
 // placed across them by Config.Placement and moved between them by
 // Pool.Move under load, a server's backends killed now and then. Every
 // statement of a tenant records, in the database that ran it, the server's
@@ -39,8 +40,22 @@ const (
 	srvDBPrefix = "srv_"
 )
 
+// srvShared is the database of every tenant of servers-shared, on each
+// server: there the tenants share its connections.
+const srvShared = srvDBPrefix + "shared"
+
 func serverName(i int) string          { return fmt.Sprintf("s%d", i) }
 func srvDatabase(tenant string) string { return srvDBPrefix + tenant }
+
+// srvDatabases are the databases the servers configuration makes on each
+// server.
+func srvDatabases() []string {
+	dbs := []string{srvShared}
+	for t := range srvTenants {
+		dbs = append(dbs, srvDatabase(tenantName(t)))
+	}
+	return dbs
+}
 
 // srvEnv is the servers the servers configuration runs on, started once.
 type srvEnv struct {
@@ -77,8 +92,7 @@ func (e *env) startServers(ctx context.Context) (*srvEnv, error) {
 				return nil, fmt.Errorf("isocheck: servers: %w", err)
 			}
 		}
-		for t := range srvTenants {
-			db := srvDatabase(tenantName(t))
+		for _, db := range srvDatabases() {
 			if _, err := admin.Exec(ctx, "create database "+db); err != nil {
 				return nil, fmt.Errorf("isocheck: servers: %w", err)
 			}
@@ -137,10 +151,11 @@ var srvHostile = []struct {
 	roleDefaults bool
 }{
 	{name: "set-setting", sql: "set iso.tenant = '{tag}'"},
+	{name: "set-other-setting", sql: "set iso.other = '{tag}'"}, // not among the tenant's values: only a reset ends it
 	{name: "set_config", sql: "select set_config('iso.tenant', '{tag}', false)"},
 	{name: "listen", sql: "listen {tag}"},
 	{name: "prepare", sql: "prepare {tag}_p as select 1"},
-	{name: "advisory-lock", sql: "select pg_try_advisory_lock(4242, 1)"},
+	{name: "advisory-lock", sql: "select pg_try_advisory_lock(4242, {n})"}, // {n}: the tenant's index
 	{name: "sleep-cut", sql: "select pg_sleep(5)", cut: true},
 	{name: "terminate-own-backend", sql: "select pg_terminate_backend(pg_backend_pid())"},
 	{name: "alter-role-set", sql: "alter role current_user set search_path = {tag}, public", roleDefaults: true},
@@ -155,13 +170,22 @@ type srvRun struct {
 	rc               *runCtx
 	se               *srvEnv
 	mu               sync.Mutex
-	dir              map[string]string       // the directory Config.Placement reads: tenant -> server
-	pos              map[string][]string     // each tenant's servers, in the order it was placed there
-	mv               map[string][]*window    // each tenant's moves, from Move's call to its return
-	off              map[[2]string][]*window // (tenant, server): from the fence on the server's clock to the tenant's return there
-	flt              map[string]time.Time    // server -> until when a fault on it excuses lost connections
+	dir              map[string]string        // the directory Config.Placement reads: tenant -> server
+	pos              map[string][]string      // each tenant's servers, in the order it was placed there
+	mv               map[string][]*window     // each tenant's moves, from Move's call to its return
+	off              map[[2]string][]*window  // (tenant, server): from the fence on the server's clock to the tenant's return there
+	flt              map[string]time.Time     // server -> until when a fault on it excuses lost connections
+	pinned           map[string]*sync.RWMutex // tenant -> held by its hostile ALTER ROLE (shared) and its Move
 	moves, moveFails int
 	roles            roleDirt // the login role's hostile defaults on each server, and their undo
+}
+
+// db is tenant t's database on every server.
+func (sr *srvRun) db(t string) string {
+	if sr.rc.cfg.sharedDB {
+		return srvShared
+	}
+	return srvDatabase(t)
 }
 
 // window is an interval; a zero end is open.
@@ -190,8 +214,10 @@ func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx
 		return nil, err
 	}
 	tenants := make([]string, srvTenants)
+	sr.pinned = map[string]*sync.RWMutex{}
 	for i := range tenants {
 		tenants[i] = tenantName(i)
+		sr.pinned[tenants[i]] = &sync.RWMutex{}
 		sr.dir[tenants[i]] = serverName(i % numServers)
 		sr.pos[tenants[i]] = []string{serverName(i % numServers)}
 	}
@@ -224,7 +250,7 @@ func runServers(parent context.Context, e *env, c config, o runOptions) (*runCtx
 		Placement: func(_ context.Context, t string) (tenantdb.Placement, error) {
 			sr.mu.Lock()
 			defer sr.mu.Unlock()
-			return tenantdb.Placement{Server: sr.dir[t], Database: srvDatabase(t)}, nil
+			return tenantdb.Placement{Server: sr.dir[t], Database: sr.db(t)}, nil
 		},
 	})
 	if err != nil {
@@ -319,17 +345,22 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 				sr.fault(s) // its own backend ends: a fault of its server
 			}
 		}
-		var dirty []string
+		var dirty []string // where the statement may run
 		if h.roleDefaults {
+			// No Move of the tenant starts until it returns (it may wait
+			// for admission, then run where a Move took the tenant), nor
+			// runs meanwhile.
+			sr.pinned[t].RLock()
 			dirty, _ = sr.at(t, i0)
-			sr.roles.dirty(dirty, started)
+			sr.roles.begin(dirty)
 		}
-		other := srvDatabase(tenantName((tenantIndex(t) + 1) % srvTenants))
-		_, err := rc.pool.Exec(ctx, strings.NewReplacer("{tag}", tag(t), "{otherdb}", other).Replace(h.sql))
+		other := sr.db(tenantName((tenantIndex(t) + 1) % srvTenants)) // the tenant's own under servers-shared
+		_, err := rc.pool.Exec(ctx, strings.NewReplacer("{tag}", tag(t), "{otherdb}", other,
+			"{n}", fmt.Sprint(tenantIndex(t))).Replace(h.sql))
 		rc.hostiles.Add(1)
 		if h.roleDefaults {
-			now, _ := sr.at(t, i0) // a move may have taken the tenant to another server meanwhile
-			sr.roles.dirty(now, started)
+			sr.roles.end(dirty)
+			sr.pinned[t].RUnlock()
 		}
 		if h.name == "terminate-own-backend" {
 			srv, _ := sr.at(t, i0)
@@ -364,9 +395,9 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 	nonce := r.Int32()
 	path := r.IntN(6)
 	desc += ", probe via " + []string{"QueryRow", "Query", "SendBatch", "Begin+savepoint", "AcquireFunc", "tenantsql"}[path]
-	var server, db, setting, searchPath string
+	var server, db, setting, searchPath, other, listens, prepared, advisory string
 	var n int32
-	err := sr.probe(ctx, path, t, nonce, &n, &server, &db, &setting, &searchPath)
+	err := sr.probe(ctx, path, t, nonce, &n, &server, &db, &setting, &searchPath, &other, &listens, &prepared, &advisory)
 	if err != nil {
 		if m := sr.judge(ctx, t, err, i0, started); m != "" {
 			bad = append(bad, m)
@@ -379,8 +410,8 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 		bad = append(bad, fmt.Sprintf("the probe answered nonce %d, not %d", n, nonce))
 	case !contains(allowed, server):
 		bad = append(bad, fmt.Sprintf("ran on server %s; its tenant was on %v during the call", server, allowed))
-	case db != srvDatabase(t):
-		bad = append(bad, fmt.Sprintf("ran in database %q, not %q", db, srvDatabase(t)))
+	case db != sr.db(t):
+		bad = append(bad, fmt.Sprintf("ran in database %q, not %q", db, sr.db(t)))
 	case setting != t && setting != tag(t):
 		bad = append(bad, fmt.Sprintf("%s is %q, not %q", settingKey, setting, t))
 	case tagRE.MatchString(searchPath):
@@ -388,7 +419,27 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 		// session that started with them was to be refused.
 		bad = append(bad, fmt.Sprintf("search_path is %q on server %s: a hostile login role default reached a session", searchPath, server))
 	}
+	// What another tenant's session left: its tag in a setting, a channel
+	// or a statement name, or its advisory lock (keyed by its index).
+	for _, f := range [][2]string{{"iso.other", other}, {"listen", listens}, {"prepared", prepared}} {
+		for _, found := range tagRE.FindAllString(f[1], -1) {
+			if found != tag(t) {
+				bad = append(bad, fmt.Sprintf("%s is %q on server %s: %s's leftover", f[0], f[1], server, strings.TrimPrefix(found, "evil_")))
+			}
+		}
+	}
+	for _, key := range strings.Split(advisory, ",") {
+		if key != "" && key != fmt.Sprint(tenantIndex(t)) {
+			bad = append(bad, fmt.Sprintf("the session holds the advisory lock of %s on server %s", tenantName(atoi(key)), server))
+		}
+	}
 	return desc, bad
+}
+
+func atoi(s string) int {
+	var i int
+	fmt.Sscan(s, &i)
+	return i
 }
 
 var serverRE = regexp.MustCompile(`server "(s[0-9]+)"`)
@@ -403,10 +454,16 @@ func contains(s []string, x string) bool {
 }
 
 // probeInsert records the call in the database that runs it and returns
-// the nonce, that server's name, the database, the tenant setting and the
-// search_path.
+// the nonce, that server's name, the database, the tenant setting, the
+// search_path, and what a session can keep: another setting, the channels
+// it listens on, its prepared statements, the second keys of its advisory
+// locks.
 const probeInsert = `insert into calls (tenant, run, nonce) values ($1, $2, $3)
- returning nonce, (select server from here), db, setting, current_setting('search_path')`
+ returning nonce, (select server from here), db, setting, current_setting('search_path'),
+ coalesce(current_setting('iso.other', true), ''),
+ coalesce((select string_agg(c, ',') from pg_listening_channels() c), ''),
+ coalesce((select string_agg(name, ',') from pg_prepared_statements), ''),
+ coalesce((select string_agg(objid::text, ',') from pg_locks where pid = pg_backend_pid() and locktype = 'advisory'), '')`
 
 // probe sends probeInsert by path.
 func (sr *srvRun) probe(ctx context.Context, path int, t string, nonce int32, dest ...any) error {
@@ -574,7 +631,15 @@ func (sr *srvRun) moveLoop(ctx context.Context, wg *sync.WaitGroup, r *rand.Rand
 			continue
 		}
 		grace := []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 500 * time.Millisecond}[r.IntN(4)]
-		if err := sr.move(ctx, t, from, to, grace); err != nil && ctx.Err() == nil {
+		started := time.Now()
+		err := sr.move(ctx, t, from, to, grace)
+		// Move asks the servers on connections of their own, which a
+		// tenant's hostile login role defaults there refuse too.
+		if errors.Is(err, tenantdb.ErrRoleDefaultsChanged) && sr.roles.dirtyDuring([]string{from, to}, started, time.Now()) {
+			sr.rc.countAccepted(err)
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
 			sr.rc.violate(-1, fmt.Sprintf("Move of %s from %s to %s (grace %v): %v", t, from, to, grace, err))
 		}
 	}
@@ -597,6 +662,8 @@ func serverIndex(s string) int {
 // (rows of t stamped later there are violations, audit), updates the
 // directory, and reads the new server's clock, from which t may run there.
 func (sr *srvRun) move(ctx context.Context, t, from, to string, grace time.Duration) error {
+	sr.pinned[t].Lock()
+	defer sr.pinned[t].Unlock()
 	w := &window{from: time.Now()}
 	sr.mu.Lock()
 	sr.mv[t] = append(sr.mv[t], w)
@@ -608,7 +675,7 @@ func (sr *srvRun) move(ctx context.Context, t, from, to string, grace time.Durat
 	}()
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db := srvDatabase(t)
+	db := sr.db(t)
 	err := sr.rc.pool.Move(mctx, t, tenantdb.Placement{Server: to, Database: db}, grace, func(ctx context.Context) error {
 		old, nw := sr.se.admins[serverIndex(from)], sr.se.admins[serverIndex(to)]
 		var n int
@@ -618,7 +685,9 @@ func (sr *srvRun) move(ctx context.Context, t, from, to string, grace time.Durat
 			from pg_stat_activity where datname = $1 and usename = $2 and state <> 'idle'`, db, loginRole).Scan(&n, &what, &fence); err != nil {
 			return err
 		}
-		if n > 0 {
+		// Under servers-shared the database's other backends are other
+		// tenants': there the audit's rows stamped after the fence judge it.
+		if n > 0 && !sr.rc.cfg.sharedDB {
 			sr.mu.Lock()
 			faulted := !sr.flt[from].Before(w.from)
 			sr.mu.Unlock()
@@ -694,17 +763,25 @@ func (sr *srvRun) sample(ctx context.Context, wg *sync.WaitGroup, budget int, te
 }
 
 // audit reads every server's record of the run: each row in its tenant's
-// database, and none stamped on a server while its tenant was moved away
-// from it (after the fence, before the cut-over that brought it back).
+// database, with its tenant's setting, and none stamped on a server while
+// its tenant was moved away from it (after the fence, before the cut-over
+// that brought it back).
 func (sr *srvRun) audit(ctx context.Context, tenants []string) {
+	dbs := map[string]string{srvShared: ""} // database -> its tenant, "" for any
+	if !sr.rc.cfg.sharedDB {
+		dbs = map[string]string{}
+		for _, t := range tenants {
+			dbs[srvDatabase(t)] = t
+		}
+	}
 	for i, pg := range sr.se.pgs {
 		s := serverName(i)
-		for _, t := range tenants {
+		for db, owner := range dbs {
 			cfg, err := pgx.ParseConfig(pg.DSN)
 			if err != nil {
 				return
 			}
-			cfg.Database = srvDatabase(t)
+			cfg.Database = db
 			c, err := pgx.ConnectConfig(ctx, cfg)
 			if err != nil {
 				sr.rc.violate(-1, "audit: "+err.Error())
@@ -722,15 +799,15 @@ func (sr *srvRun) audit(ctx context.Context, tenants []string) {
 				if err := rows.Scan(&rt, &setting, &at); err != nil {
 					break
 				}
-				if rt != t || setting != t && setting != tag(t) {
-					sr.rc.violate(-1, fmt.Sprintf("server %s: a call of %s (setting %q) ran in %s's database", s, rt, setting, t))
+				if owner != "" && rt != owner || setting != rt && setting != tag(rt) {
+					sr.rc.violate(-1, fmt.Sprintf("server %s: a call of %s (setting %q) ran in database %s", s, rt, setting, db))
 					continue
 				}
 				sr.mu.Lock()
-				for _, w := range sr.off[[2]string{t, s}] {
+				for _, w := range sr.off[[2]string{rt, s}] {
 					if at.After(w.from) && (w.to.IsZero() || at.Before(w.to)) {
 						sr.rc.violate(-1, fmt.Sprintf("fence: a call of %s ran on %s at %v, after its move away at %v",
-							t, s, at.Format("15:04:05.000000"), w.from.Format("15:04:05.000000")))
+							rt, s, at.Format("15:04:05.000000"), w.from.Format("15:04:05.000000")))
 					}
 				}
 				sr.mu.Unlock()
