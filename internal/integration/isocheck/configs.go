@@ -62,6 +62,7 @@ var configs = []config{
 	{name: "servers", scope: tenantdb.ScopeSession, setting: true, servers: true},
 	{name: "servers-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true},
 	{name: "servers-shared", scope: tenantdb.ScopeSession, setting: true, servers: true, sharedDB: true},
+	{name: "servers-shared-tx", scope: tenantdb.ScopeTransaction, setting: true, servers: true, sharedDB: true},
 	{name: "replicas", scope: tenantdb.ScopeSession, setting: true, replicas: true},
 	{name: "replicas-tx", scope: tenantdb.ScopeTransaction, setting: true, searchPath: true, replicas: true, failRead: true},
 	{name: "timelimits", scope: tenantdb.ScopeSession, setting: true, classes: true, holdLimits: true},
