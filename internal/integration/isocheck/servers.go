@@ -430,16 +430,10 @@ func (sr *srvRun) op(r *rand.Rand, t string) (string, []string) {
 	}
 	for _, key := range strings.Split(advisory, ",") {
 		if key != "" && key != fmt.Sprint(tenantIndex(t)) {
-			bad = append(bad, fmt.Sprintf("the session holds the advisory lock of %s on server %s", tenantName(atoi(key)), server))
+			bad = append(bad, fmt.Sprintf("the session holds the advisory lock of t%s on server %s", key, server))
 		}
 	}
 	return desc, bad
-}
-
-func atoi(s string) int {
-	var i int
-	fmt.Sscan(s, &i)
-	return i
 }
 
 var serverRE = regexp.MustCompile(`server "(s[0-9]+)"`)
